@@ -1,0 +1,15 @@
+// The `stableflash` subcommands. Each registers its flags on the CLI and runs by calling the
+// library; no numerics lives here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace stableflash::cli {
+
+// Registers a subcommand and returns the function that runs it once parsed (exit code).
+using Runner = std::function<int()>;
+Runner add_attention_command(CLI::App& app);
+Runner add_audit_command(CLI::App& app);
+
+}  // namespace stableflash::cli

@@ -1,0 +1,28 @@
+// stableflash: BF16 attention that does not blow up training, and the tools to see why.
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <string>
+
+#include "commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"stableflash: stable BF16 flash attention, its CPU oracle and the rounding-bias audit"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "stableflash 0.1.0");
+  std::map<std::string, stableflash::cli::Runner> runners;
+  runners["attention"] = stableflash::cli::add_attention_command(app);
+  runners["audit"] = stableflash::cli::add_audit_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto* sub : app.get_subcommands()) return runners.at(sub->get_name())();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stableflash: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

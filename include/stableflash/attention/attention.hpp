@@ -1,0 +1,134 @@
+// The public attention entry points: forward and backward in `paper` or `fused` numerics with any
+// shift policy, and the FP64 `reference` oracle. Tensors are BF16 in [B, H, T, D] or [B, T, H, D]
+// (head_dim contiguous); lse is FP32 [B, H, Tq]. Causal masking is bottom-right aligned.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "stableflash/attention/modes.hpp"
+#include "stableflash/attention/shift_policies.hpp"
+#include "stableflash/numerics/bf16.hpp"
+
+namespace stableflash::attention {
+
+inline constexpr int kMaxHeadDim = 256;
+
+enum class Layout : std::uint8_t { bhtd, bthd };
+std::string_view to_string(Layout v);
+std::optional<Layout> parse_layout(std::string_view s);
+
+struct AttentionShape {
+  int batch = 1, heads = 1, q_len = 1, k_len = 1, head_dim = 64;
+
+  std::int64_t q_elements() const { return std::int64_t(batch) * heads * q_len * head_dim; }
+  std::int64_t k_elements() const { return std::int64_t(batch) * heads * k_len * head_dim; }
+  std::int64_t rows() const { return std::int64_t(batch) * heads * q_len; }
+};
+
+// Element offsets of (b, h, t, 0) for a tensor of sequence length `len` in a layout.
+struct HeadStrides {
+  std::int64_t b = 0, h = 0, t = 0;
+  static HeadStrides of(Layout layout, int heads, int len, int head_dim);
+  std::int64_t at(int b_, int h_, int t_) const { return b_ * b + h_ * h + t_ * t; }
+};
+
+// The knobs of numerics.md. Tile sizes of 0 mean the mode's default (paper: 512 x 512 as the
+// authors' code; fused: 128 x 128 as production Hopper kernels). Only the key-tile width changes
+// the numerics (per-tile rounding and tie detection); the query-tile height is work granularity.
+struct AttentionOptions {
+  Numerics numerics = Numerics::fused;
+  ShiftPolicy policy = ShiftPolicy::standard;
+  PolicyParams policy_params{};
+  bool causal = false;
+  float scale = 0.0f;  // 0: 1/sqrt(head_dim)
+  int tile_q = 0, tile_k = 0;
+  Normalizer normalizer = Normalizer::fp32;
+  int round_bits = 7;  // output-side significand bits; 7 = BF16 (an experiment knob below 7)
+  DeltaSource delta_source = DeltaSource::rounded;
+
+  float resolved_scale(int head_dim) const;
+  int resolved_tile_q() const;
+  int resolved_tile_k() const;
+  // Throws std::invalid_argument naming the offending field.
+  void validate(const AttentionShape& shape) const;
+};
+
+// Rows that saw the events the audit counts (numerics.md "The audit's measures").
+struct TieCounts {
+  std::int64_t rows = 0;               // rows processed
+  std::int64_t tie_event_rows = 0;     // some key tile fed >= 2 BF16(P-bar) == 1.0 into P-bar*V
+  std::int64_t repeated_max_rows = 0;  // the row's S has its maximum at >= 2 keys (before any policy)
+  std::int64_t fallback_rows = 0;      // the policy fell back to the standard shift in some tile
+  std::int64_t masked_rows = 0;        // rows with no visible key (o = 0, lse = +inf)
+};
+
+struct ForwardArgs {
+  AttentionShape shape;
+  Layout layout = Layout::bhtd;
+  const bf16* q = nullptr;   // [B, H, Tq, D]
+  const bf16* k = nullptr;   // [B, H, Tk, D]
+  const bf16* v = nullptr;   // [B, H, Tk, D]
+  bf16* o = nullptr;         // [B, H, Tq, D]
+  float* lse = nullptr;      // [B, H, Tq], always head-major
+  bf16* o_residual = nullptr;  // [B, H, Tq, D]; required when delta_source == compensated
+  TieCounts* ties = nullptr;   // optional event counters
+};
+
+struct BackwardArgs {
+  AttentionShape shape;
+  Layout layout = Layout::bhtd;
+  const bf16 *q = nullptr, *k = nullptr, *v = nullptr;
+  const bf16* o = nullptr;           // the forward's BF16 output
+  const float* lse = nullptr;        // [B, H, Tq]
+  const bf16* o_residual = nullptr;  // required when delta_source == compensated
+  const bf16* d_o = nullptr;         // [B, H, Tq, D]
+  bf16 *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  float* delta = nullptr;            // optional out [B, H, Tq]: the delta the backward used
+};
+
+// CPU implementations (OpenMP across (B, H, row tiles)); `paper` and `fused` numerics only.
+void attention_forward(const ForwardArgs& args, const AttentionOptions& options);
+void attention_backward(const BackwardArgs& args, const AttentionOptions& options);
+
+// The delta = rowsum(dO * O) the backward uses, per options.delta_source, without the rest of the
+// backward (the audit measures it). `o_residual` is needed for `compensated`.
+void attention_delta(const BackwardArgs& args, const AttentionOptions& options, float* delta /*[B, H, Tq]*/);
+
+// The FP64 oracle (numerics.md `reference`), from the BF16 input values.
+struct ReferenceForward {
+  std::vector<double> o;    // same layout as q
+  std::vector<double> lse;  // [B, H, Tq]; +inf for fully masked rows
+};
+struct ReferenceBackward {
+  std::vector<double> dq, dk, dv;  // same layouts as q, k, v
+  std::vector<double> delta;       // [B, H, Tq]
+};
+ReferenceForward reference_forward(const ForwardArgs& args, const AttentionOptions& options);
+ReferenceBackward reference_backward(const BackwardArgs& args, const AttentionOptions& options);
+
+// The same oracle on FP64 inputs (head-major [B, H, T, D]), for finite-difference checks.
+struct Fp64Inputs {
+  AttentionShape shape;
+  const double *q = nullptr, *k = nullptr, *v = nullptr, *d_o = nullptr;
+};
+ReferenceForward reference_forward(const Fp64Inputs& in, const AttentionOptions& options);
+ReferenceBackward reference_backward(const Fp64Inputs& in, const AttentionOptions& options);
+
+// A naive BF16 attention as an unfused framework would compute it (materialized softmax): the
+// honest low-precision baseline that error bounds are derived from. S = BF16(FP32-dot * scale),
+// P = BF16(softmax_fp32(S)), O = BF16(FP32-dot(P, V)); backward with BF16 intermediates
+// (dP, dS) and FP32 accumulation. Writes o (and dq, dk, dv when args.d_o is set).
+void naive_bf16_forward(const ForwardArgs& args, const AttentionOptions& options);
+void naive_bf16_backward(const BackwardArgs& args, const AttentionOptions& options);
+
+// The last visible key of query row i (bottom-right aligned causal), or k_len - 1.
+inline int last_visible_key(int i, int q_len, int k_len, bool causal) {
+  if (!causal) return k_len - 1;
+  const int last = i + k_len - q_len;
+  return last < k_len - 1 ? last : k_len - 1;
+}
+
+}  // namespace stableflash::attention

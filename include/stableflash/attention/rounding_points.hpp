@@ -1,0 +1,109 @@
+// The rounding points of the `paper` and `fused` numerics (numerics.md "Modes"), element by
+// element. The CPU oracle and the CUDA kernels call these functions, so "what is rounded where"
+// has one definition. Dot products and row sums are the callers' business: they hand in the FP32
+// result of an FP32-accumulated dot product (accumulation order may differ between CPU and GPU).
+//
+// Notation: S scores, m running row max (shift), P-bar = exp(S - m), l row sum, O the output
+// accumulator, c = exp(m_old - m_new) the rescale factor, `bits` = round_bits (7 = BF16).
+#pragma once
+
+#include <cmath>
+
+#include "stableflash/attention/modes.hpp"
+#include "stableflash/numerics/bf16.hpp"
+#include "stableflash/numerics/fp32_ops.hpp"
+
+namespace stableflash::attention {
+
+// Row sums of a tile are clamped here in `paper` numerics, as the authors' code does. Kept on
+// purpose: it is part of what is reproduced, and it is why their fix silently returns ~0 when
+// exp(-(beta-1) r_m) underflows.
+inline constexpr float kPaperTileSumClamp = 1e-10f;
+
+// Output-side rounding (O-bar and O): RNE to `bits` stored significand bits.
+SF_HD float round_output(float x, int bits) { return round_to_bits_rne(x, bits); }
+
+namespace paper {
+
+// S = BF16(BF16(FP32-dot(q, k)) * scale): two roundings, as the authors' code does.
+SF_HD float score(float dot_fp32, float scale) { return round_bf16(mul_rn(round_bf16(dot_fp32), scale)); }
+
+// P-bar = exp(BF16(S - m)) in FP32.
+SF_HD float pbar(float s, float m) { return exp_fp32(round_bf16(sub_rn(s, m))); }
+
+// The P-bar*V operand: BF16(P-bar).
+SF_HD float pbar_operand(float pbar_fp32) { return round_bf16(pbar_fp32); }
+
+SF_HD float clamp_tile_sum(float l_tile) { return fmaxf(l_tile, kPaperTileSumClamp); }
+
+// O-bar_tile = BF16(FP32-dot(BF16(P-bar), v)), at `bits`.
+SF_HD float tile_output(float dot_fp32, int bits) { return round_output(dot_fp32, bits); }
+
+// c = exp(BF16(m_old - m_new)) in FP32 (m_old = -inf on the first tile gives c = 0).
+SF_HD float rescale(float m_old, float m_new) { return exp_fp32(round_bf16(sub_rn(m_old, m_new))); }
+
+// O = BF16(BF16(O * c) + O-bar_tile).
+SF_HD float update_output(float o, float c, float o_tile, int bits) {
+  return round_output(add_rn(round_output(mul_rn(o, c), bits), o_tile), bits);
+}
+
+// l = BF16(c * l + l_tile) (the BF16 row sum is carried between tiles).
+SF_HD float update_sum(float l, float c, float l_tile) { return round_bf16(add_rn(mul_rn(c, l), l_tile)); }
+
+// The FP32 shadow of the same accumulation, used for the `compensated` residual: the same BF16(P-bar)*v
+// products, rescaled and summed in FP32 (numerics.md `delta_source`).
+SF_HD float update_shadow(float acc, float c, float tile_dot_fp32) { return add_rn(mul_rn(acc, c), tile_dot_fp32); }
+
+// Final O = BF16(O / l); lse = log(l) + m in FP32.
+SF_HD float finalize_output(float o, float l, int bits) { return round_output(div_rn(o, l), bits); }
+SF_HD float lse(float l, float m) { return add_rn(log_fp32(l), m); }
+
+// Backward: delta = BF16(FP32-rowsum(dO * O)); dP = BF16(FP32-dot(dO, v)); P = exp(S - lse) in
+// FP32; dS = P * (dP - delta) * scale in FP32.
+SF_HD float delta(float rowsum_fp32) { return round_bf16(rowsum_fp32); }
+SF_HD float prob(float s, float lse_value) { return exp_fp32(sub_rn(s, lse_value)); }
+SF_HD float dprob(float dot_fp32) { return round_bf16(dot_fp32); }
+SF_HD float dscore(float p, float dp, float delta_value, float scale) {
+  return mul_rn(mul_rn(p, sub_rn(dp, delta_value)), scale);
+}
+
+}  // namespace paper
+
+namespace fused {
+
+// S = FP32-dot(q, k) * scale, never rounded to BF16.
+SF_HD float score(float dot_fp32, float scale) { return mul_rn(dot_fp32, scale); }
+
+// P-bar = exp(S - m) in FP32; its BF16 rounding is the P-bar*V operand.
+SF_HD float pbar(float s, float m) { return exp_fp32(sub_rn(s, m)); }
+SF_HD float pbar_operand(float pbar_fp32) { return round_bf16(pbar_fp32); }
+
+// What the row sum adds for one entry: the FP32 P-bar, or the BF16 value actually used above.
+SF_HD float sum_term(float pbar_fp32, Normalizer n) {
+  return n == Normalizer::bf16 ? round_bf16(pbar_fp32) : pbar_fp32;
+}
+
+SF_HD float rescale(float m_old, float m_new) { return exp_fp32(sub_rn(m_old, m_new)); }
+
+// acc = acc * c + FP32-dot(BF16(P-bar), v); l = l * c + l_tile (all FP32).
+SF_HD float update_accumulator(float acc, float c, float tile_dot_fp32) { return add_rn(mul_rn(acc, c), tile_dot_fp32); }
+SF_HD float update_sum(float l, float c, float l_tile) { return add_rn(mul_rn(l, c), l_tile); }
+
+// O = BF16(acc / l), rounded once; the unrounded acc / l is O_fp32 (for the residual).
+SF_HD float unrounded_output(float acc, float l) { return div_rn(acc, l); }
+SF_HD float finalize_output(float o_fp32, int bits) { return round_output(o_fp32, bits); }
+SF_HD float lse(float l, float m) { return add_rn(log_fp32(l), m); }
+
+// Backward as FlashAttention-2: delta = FP32-rowsum(dO * O); P = exp(S - lse); dP in FP32;
+// dS = P * (dP - delta) in FP32, BF16(dS) feeds the dQ/dK products, the scale is applied to
+// their FP32 results.
+SF_HD float prob(float s, float lse_value) { return exp_fp32(sub_rn(s, lse_value)); }
+SF_HD float dscore(float p, float dp, float delta_value) { return mul_rn(p, sub_rn(dp, delta_value)); }
+
+}  // namespace fused
+
+// The compensated residual r = BF16(O_fp32 - O) (numerics.md `delta_source`): O + r recovers
+// O_fp32 to within 2^-8 of the rounding error itself.
+SF_HD float output_residual(float o_fp32, float o_rounded) { return round_bf16(sub_rn(o_fp32, o_rounded)); }
+
+}  // namespace stableflash::attention

@@ -1,0 +1,15 @@
+// Writing files so that a crash never leaves a half-written one under the final name: write a
+// temporary file beside the target, flush it to disk, rename it over the target, flush the folder.
+#pragma once
+
+#include <functional>
+#include <ostream>
+#include <string>
+
+namespace stableflash::data {
+
+// Calls `write` with a stream to a temporary file, then atomically replaces `path` with it.
+// Throws std::runtime_error naming `path` when any step fails; the old file is then untouched.
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
+
+}  // namespace stableflash::data
