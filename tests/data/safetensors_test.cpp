@@ -1,0 +1,83 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "stableflash/data/safetensors.hpp"
+#include "test_files.hpp"
+
+namespace stableflash::data {
+namespace {
+
+using stableflash::testing::expect_error_mentions;
+using stableflash::testing::read_bytes;
+using stableflash::testing::ScratchDir;
+using stableflash::testing::write_bytes;
+
+std::vector<unsigned char> file_with_header(const std::string& json, std::size_t data_bytes) {
+  std::vector<unsigned char> b(8);
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(std::uint64_t(json.size()) >> (8 * i));
+  b.insert(b.end(), json.begin(), json.end());
+  b.resize(b.size() + data_bytes, 0);
+  return b;
+}
+
+TEST(Safetensors, RoundTripKeepsDtypesShapesValuesAndMetadata) {
+  ScratchDir dir;
+  SafetensorsFile f;
+  const std::vector<float> a{1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -1e-30f};
+  const std::vector<std::uint16_t> b{0x3f80, 0xbf80};
+  f.tensors["a"] = Tensor::from<float>(DType::f32, {2, 3}, a);
+  f.tensors["b"] = Tensor::from<std::uint16_t>(DType::bf16, {2}, b);
+  f.metadata["note"] = "x";
+  f.write(dir.file("t.safetensors"));
+  const SafetensorsFile g = SafetensorsFile::read(dir.file("t.safetensors"));
+  ASSERT_EQ(g.tensors.size(), 2u);
+  EXPECT_EQ(g.find("a")->shape, (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(g.find("b")->dtype, DType::bf16);
+  const auto av = g.find("a")->as<float>();
+  EXPECT_TRUE(std::equal(av.begin(), av.end(), a.begin(), a.end()));
+  EXPECT_EQ(g.find("b")->as<std::uint16_t>()[1], 0xbf80);
+  EXPECT_EQ(g.metadata.at("note"), "x");
+  // the header is padded so the data starts 8-byte aligned, as the reference writer does
+  const auto bytes = read_bytes(dir.file("t.safetensors"));
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
+  EXPECT_EQ(n % 8, 0u);
+}
+
+TEST(Safetensors, CorruptFilesAreRefusedNamingTheProblem) {
+  ScratchDir dir;
+  const std::string p = dir.file("bad.safetensors");
+  write_bytes(p, {1, 2, 3});
+  expect_error_mentions([&] { SafetensorsFile::read(p); }, {p, "too short"});
+  write_bytes(p, file_with_header("{not json", 0));
+  expect_error_mentions([&] { SafetensorsFile::read(p); }, {p, "not valid JSON"});
+  write_bytes(p, file_with_header(R"({"q":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8));
+  expect_error_mentions([&] { SafetensorsFile::read(p); }, {"'q'", "outside"});
+  write_bytes(p, file_with_header(R"({"q":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", 16));
+  expect_error_mentions([&] { SafetensorsFile::read(p); }, {"'q'", "needs 12"});
+  write_bytes(p, file_with_header(R"({"q":{"dtype":"X9","shape":[1],"data_offsets":[0,1]}})", 1));
+  expect_error_mentions([&] { SafetensorsFile::read(p); }, {"'q'", "unknown dtype"});
+  write_bytes(p, file_with_header(
+                     R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}})", 3));
+  expect_error_mentions([&] { SafetensorsFile::read(p); }, {"overlap"});
+  std::vector<unsigned char> huge(16, 0xff);
+  write_bytes(p, huge);
+  expect_error_mentions([&] { SafetensorsFile::read(p); }, {"header length"});
+}
+
+TEST(Safetensors, FailedWriteLeavesThePreviousFileIntact) {
+  ScratchDir dir;
+  SafetensorsFile good;
+  const std::vector<float> x{1, 2, 3};
+  good.tensors["x"] = Tensor::from<float>(DType::f32, {3}, x);
+  good.write(dir.file("m.safetensors"));
+  const auto before = read_bytes(dir.file("m.safetensors"));
+  SafetensorsFile broken;
+  broken.tensors["x"] = Tensor{DType::f32, {4}, std::vector<std::byte>(12)};  // 12 bytes for 4 floats
+  EXPECT_THROW(broken.write(dir.file("m.safetensors")), std::invalid_argument);
+  EXPECT_EQ(read_bytes(dir.file("m.safetensors")), before);
+}
+
+}  // namespace
+}  // namespace stableflash::data
