@@ -1,4 +1,5 @@
 // Running one audit case in every variant and measuring it against the FP64 reference.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -9,6 +10,10 @@ namespace stableflash::diag {
 namespace {
 
 using namespace stableflash::attention;
+
+// A row "collapsed to zero" when its output is below this fraction of the reference's: the
+// published policy's underflow under the 1e-10 clamp leaves outputs ~1e-16 of the true ones.
+constexpr double kCollapsed = 1e-6;
 
 struct BiasSum {
   double sum = 0.0, abs_sum = 0.0;
@@ -56,14 +61,14 @@ std::vector<AuditResult> audit_case(const AuditCase& c, const std::vector<AuditV
     BiasSum o_bias;
     double ulp_sum = 0.0, e2 = 0.0, ref2 = 0.0;
     for (std::size_t row = 0; row < rows; ++row) {
-      bool all_zero = true, ref_zero = true;
+      double row_max = 0.0, ref_max = 0.0;
       for (int d = 0; d < D; ++d) {
         const double x = o[row * D + d].to_float(), xr = ref.o[row * D + d];
         if (!std::isfinite(x)) {
           ++r.nonfinite;
           continue;
         }
-        all_zero &= x == 0.0, ref_zero &= xr == 0.0;
+        row_max = std::max(row_max, std::fabs(x)), ref_max = std::max(ref_max, std::fabs(xr));
         const double e = x - xr;
         e2 += e * e, ref2 += xr * xr;
         if (d < D / 2) {
@@ -71,7 +76,7 @@ std::vector<AuditResult> audit_case(const AuditCase& c, const std::vector<AuditV
           ulp_sum += e / bf16_ulp(xr);
         }
       }
-      r.zeroed_rows += all_zero && !ref_zero;
+      r.zeroed_rows += row_max < kCollapsed * ref_max;
     }
     r.o_bias = o_bias.bias();
     r.mean_err_ulp = o_bias.count ? ulp_sum / double(o_bias.count) : 0.0;
@@ -85,14 +90,14 @@ std::vector<AuditResult> audit_case(const AuditCase& c, const std::vector<AuditV
       ba.o_residual = residual.data(), ba.d_o = in.d_o.data();
       attention_delta(ba, opt, delta.data());
       BiasSum db;
-      double de2 = 0.0, dref2 = 0.0;
+      double de2 = 0.0, dref2 = 0.0, ref_abs = 0.0;
       for (std::size_t row = 0; row < rows; ++row) {
         if (!std::isfinite(delta[row])) continue;
         const double e = double(delta[row]) - ref_delta[row];
         db.add(e);
-        de2 += e * e, dref2 += ref_delta[row] * ref_delta[row];
+        de2 += e * e, dref2 += ref_delta[row] * ref_delta[row], ref_abs += std::fabs(ref_delta[row]);
       }
-      r.deltas.push_back({src, db.bias(), dref2 > 0.0 ? std::sqrt(de2 / dref2) : 0.0});
+      r.deltas.push_back({src, db.bias(), ref_abs > 0.0 ? db.sum / ref_abs : 0.0, dref2 > 0.0 ? std::sqrt(de2 / dref2) : 0.0});
     }
     out.push_back(std::move(r));
   }

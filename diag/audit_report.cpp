@@ -63,6 +63,7 @@ std::vector<std::string> to_json_lines(const AuditResult& r) {
               {"o_bias_count", r.o_bias.count},
               {"delta_bias", bias_json(d.bias)},
               {"delta_bias_count", d.bias.count},
+              {"delta_drift", d.drift},
               {"delta_rel_l2", d.rel_l2},
               {"mean_err_ulp", r.mean_err_ulp},
               {"rel_l2", r.rel_l2},
@@ -90,19 +91,25 @@ std::string format_table(const std::vector<AuditResult>& results) {
                     r.c.cross_tile ? " cross-tile" : "", r.c.v_neg, r.c.do_neg, r.c.heads,
                     static_cast<unsigned long long>(r.c.seed));
       out << line;
-      out << "  numerics  policy         norm bits   O bias  delta bias:";
+      out << "  numerics  policy         norm bits   O bias  err ulp    rel L2 |";
       for (const DeltaMeasure& d : r.deltas) {
-        std::snprintf(line, sizeof line, " %11s", std::string(to_string(d.source)).c_str());
+        std::snprintf(line, sizeof line, " delta %-11s        |", std::string(to_string(d.source)).c_str());
         out << line;
       }
-      out << "   err ulp    rel L2  nonfin zeroed  tie rows  rep.max  fallback\n";
+      out << " nonfin zeroed  tie rows  rep.max  fallback\n";
+      out << "                                                             |";
+      for (std::size_t i = 0; i < r.deltas.size(); ++i) out << "    bias    drift      |";
+      out << "\n";
     }
-    std::snprintf(line, sizeof line, "  %-8s  %-13s  %-4s %4d  %s             ", std::string(to_string(r.variant.numerics)).c_str(),
+    std::snprintf(line, sizeof line, "  %-8s  %-13s  %-4s %4d  %s %+8.3f  %8.2e |", std::string(to_string(r.variant.numerics)).c_str(),
                   std::string(to_string(r.variant.policy)).c_str(), std::string(to_string(r.variant.normalizer)).c_str(),
-                  r.variant.round_bits, fmt_bias(r.o_bias).c_str());
+                  r.variant.round_bits, fmt_bias(r.o_bias).c_str(), r.mean_err_ulp, r.rel_l2);
     out << line;
-    for (const DeltaMeasure& d : r.deltas) out << "     " << fmt_bias(d.bias);
-    std::snprintf(line, sizeof line, "  %+8.3f  %8.2e  %6lld %6lld    %s   %s    %s\n", r.mean_err_ulp, r.rel_l2,
+    for (const DeltaMeasure& d : r.deltas) {
+      std::snprintf(line, sizeof line, " %s  %+9.2e |", fmt_bias(d.bias).c_str(), d.drift);
+      out << line;
+    }
+    std::snprintf(line, sizeof line, " %6lld %6lld    %s   %s    %s\n",
                   static_cast<long long>(r.nonfinite), static_cast<long long>(r.zeroed_rows),
                   pct(r.ties.tie_event_rows, r.ties.rows).c_str(), pct(r.ties.repeated_max_rows, r.ties.rows).c_str(),
                   pct(r.ties.fallback_rows, r.ties.rows).c_str());

@@ -75,8 +75,9 @@ struct Bias {
 
 struct DeltaMeasure {
   attention::DeltaSource source;
-  Bias bias;
-  double rel_l2 = 0.0;
+  Bias bias;                  // sign consistency of the error: scale-free
+  double drift = 0.0;         // mean(e) / mean|delta_ref|: the systematic part training accumulates
+  double rel_l2 = 0.0;        // ||e|| / ||delta_ref||
 };
 
 struct AuditResult {
@@ -88,7 +89,7 @@ struct AuditResult {
   double mean_err_ulp = 0.0;    // mean(e / ulp_bf16(O_ref)) over the same selection
   double rel_l2 = 0.0;          // ||e|| / ||O_ref|| over all of O
   std::int64_t nonfinite = 0;   // non-finite O elements
-  std::int64_t zeroed_rows = 0; // rows whose O is all zero while the reference's is not
+  std::int64_t zeroed_rows = 0; // rows whose |O| collapsed below 1e-6 of the reference row's
   attention::TieCounts ties;
   std::vector<DeltaMeasure> deltas;
 };
