@@ -10,6 +10,7 @@
 
 #include "cpu_kernels_common.hpp"
 #include "stableflash/attention/attention.hpp"
+#include "stableflash/attention/cuda.hpp"
 #include "stableflash/attention/rounding_points.hpp"
 
 namespace stableflash::attention {
@@ -116,6 +117,7 @@ void column_products(const std::vector<float>& weights, int rows, int cols, cons
 }  // namespace
 
 void attention_delta(const BackwardArgs& a, const AttentionOptions& opt, float* delta) {
+  if (opt.device == Device::cuda) return cuda::delta(a, opt, delta);
   check_backward_args(a, opt);
   const AttentionShape& s = a.shape;
   const int dim = s.head_dim;
@@ -141,6 +143,7 @@ void attention_delta(const BackwardArgs& a, const AttentionOptions& opt, float* 
 }
 
 void attention_backward(const BackwardArgs& a, const AttentionOptions& opt) {
+  if (opt.device == Device::cuda) return cuda::backward(a, opt);
   check_backward_args(a, opt);
   if (!a.dq || !a.dk || !a.dv) throw std::invalid_argument("attention_backward: dq, dk and dv outputs are required");
   const AttentionShape& s = a.shape;

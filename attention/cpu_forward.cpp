@@ -10,6 +10,7 @@
 
 #include "cpu_kernels_common.hpp"
 #include "stableflash/attention/attention.hpp"
+#include "stableflash/attention/cuda.hpp"
 #include "stableflash/attention/rounding_points.hpp"
 
 namespace stableflash::attention {
@@ -226,6 +227,7 @@ void forward_with_policy(const Policy& policy, const ForwardArgs& a, const Atten
 }  // namespace
 
 void attention_forward(const ForwardArgs& a, const AttentionOptions& opt) {
+  if (opt.device == Device::cuda) return cuda::forward(a, opt);
   opt.validate(a.shape);
   if (opt.numerics == Numerics::reference)
     throw std::invalid_argument("numerics: 'reference' has FP64 outputs; call reference_forward()");

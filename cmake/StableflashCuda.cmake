@@ -1,11 +1,24 @@
 # Decide whether CUDA targets are built. AUTO enables them where a CUDA compiler is found.
 include(CheckLanguage)
 set(STABLEFLASH_HAVE_CUDA OFF)
+# Head dims that get attention kernels (each adds forward and backward instantiations; CI builds
+# them all, a quick local build may keep one).
+set(STABLEFLASH_CUDA_HEAD_DIMS "64;128" CACHE STRING "Head dims with CUDA attention kernels (subset of 64;128)")
+foreach(_hd IN LISTS STABLEFLASH_CUDA_HEAD_DIMS)
+  if(NOT _hd MATCHES "^(64|128)$")
+    message(FATAL_ERROR "STABLEFLASH_CUDA_HEAD_DIMS: '${_hd}' has no kernel; choose from 64;128")
+  endif()
+endforeach()
 if(NOT STABLEFLASH_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     set(CMAKE_CUDA_ARCHITECTURES ${STABLEFLASH_CUDA_ARCHS})
     enable_language(CUDA)
+    # CMake 3.25 does not know nvcc's C++20 flag yet (nvcc >= 12 has it).
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
@@ -14,4 +27,9 @@ if(NOT STABLEFLASH_CUDA STREQUAL "OFF")
     message(FATAL_ERROR "STABLEFLASH_CUDA=ON but no CUDA compiler was found")
   endif()
 endif()
-message(STATUS "stableflash: CUDA kernels ${STABLEFLASH_HAVE_CUDA} (archs: ${STABLEFLASH_CUDA_ARCHS})")
+# CuTe/CUTLASS headers from the PyPI package nvidia-cutlass, installed by scripts/setup-deps.sh into
+# .deps/python (never downloaded at build time). Kernels that use them need this include dir.
+find_path(STABLEFLASH_CUTLASS_INCLUDE_DIR cute/tensor.hpp
+  HINTS ${PROJECT_SOURCE_DIR}/.deps/python/cutlass_library/source/include NO_DEFAULT_PATH)
+message(STATUS "stableflash: CUDA kernels ${STABLEFLASH_HAVE_CUDA} (archs: ${STABLEFLASH_CUDA_ARCHS}, head dims: "
+               "${STABLEFLASH_CUDA_HEAD_DIMS}; CuTe headers: ${STABLEFLASH_CUTLASS_INCLUDE_DIR})")

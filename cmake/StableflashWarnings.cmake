@@ -5,6 +5,6 @@ function(stableflash_target_defaults target)
     # Rounding-point emulation must be bit exact: no fused multiply-add contraction, on the host
     # as on the device (the device side uses explicit __fmul_rn/__fadd_rn where it matters).
     $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>
-    $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo --Xptxas=--warn-on-spills -Xcompiler=-ffp-contract=off>)
+    $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo --ptxas-options=--warn-on-spills -Xcompiler=-ffp-contract=off>)
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR}/include)
 endfunction()

@@ -24,3 +24,14 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get update -qq
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# CuTe/CUTLASS headers (the Hopper kernels' building blocks) from PyPI's nvidia-cutlass, into the
+# project-local .deps/python; CMake finds them there (cmake/StableflashCuda.cmake). Never fetched
+# at build time. Only CUDA builds can use them, so a failure here is a warning.
+cutlass_version=4.2.0.0
+if [ ! -f .deps/python/cutlass_library/source/include/cute/tensor.hpp ]; then
+  echo "setup: installing nvidia-cutlass==$cutlass_version (CuTe headers) into .deps/python"
+  python3 -m pip install -q --no-deps --target .deps/python "nvidia-cutlass==$cutlass_version" 2>/dev/null ||
+    python3 -m pip install -q --no-deps --break-system-packages --target .deps/python "nvidia-cutlass==$cutlass_version" ||
+    echo "setup: warning: could not install nvidia-cutlass; CUDA kernels that need CuTe will be unavailable" >&2
+fi

@@ -20,6 +20,9 @@ void add_attention_flags(CLI::App& cmd, AttentionFlags& f) {
   cmd.add_option("--round-bits", f.round_bits, "Significand bits at the output rounding points (7 = BF16; fewer magnify, experiments only)")
       ->capture_default_str();
   cmd.add_option("--delta-source", f.delta_source, "Backward delta from: " + valid_names_delta_source())->capture_default_str();
+  cmd.add_option("--device", f.device, "Where attention runs: cpu, cuda (head_dim 64 or 128, key tile a multiple of 64)")
+      ->capture_default_str();
+  cmd.add_flag("--deterministic", f.deterministic, "cuda: accumulate dQ in a fixed order (bitwise reproducible backward)");
 }
 
 std::pair<int, int> parse_tile(const std::string& s) {
@@ -52,6 +55,8 @@ AttentionOptions to_options(const AttentionFlags& f) {
   o.scale = f.scale;
   o.round_bits = f.round_bits;
   if (!f.tile.empty()) std::tie(o.tile_q, o.tile_k) = parse_tile(f.tile);
+  o.device = require(parse_device(f.device), "--device", f.device, "cpu, cuda");
+  o.deterministic = f.deterministic;
   return o;
 }
 

@@ -11,10 +11,11 @@ namespace stableflash::cli {
 // Raw flag values, converted and validated by to_options() after parsing.
 struct AttentionFlags {
   std::string numerics = "fused", policy = "standard", normalizer = "fp32", delta_source = "rounded";
-  std::string layout = "bhtd", tile;
+  std::string layout = "bhtd", tile, device = "cpu";
   float beta = 2.0f, eps = 1e-3f, scale = 0.0f;
   int round_bits = 7;
   bool causal = false;
+  bool deterministic = false;
 };
 
 void add_attention_flags(CLI::App& cmd, AttentionFlags& f);

@@ -6,6 +6,7 @@
 #include "attention_flags.hpp"
 #include "commands.hpp"
 #include "stableflash/attention/attention.hpp"
+#include "stableflash/attention/cuda.hpp"
 #include "stableflash/data/safetensors.hpp"
 
 namespace stableflash::cli {
@@ -84,13 +85,21 @@ int run(const AttentionCommand& cmd) {
   ba.shape = s, ba.layout = layout, ba.q = fa.q, ba.k = fa.k, ba.v = fa.v;
   if (d_o) ba.d_o = d_o->as<bf16>().data();
 
+  // --device cuda: the tensors are staged to the GPU and back (the library takes device pointers)
+  const bool gpu = opt.device == Device::cuda;
+  if (gpu && opt.numerics == Numerics::reference)
+    throw std::invalid_argument("--device cuda: 'reference' numerics is the FP64 oracle and runs on the CPU");
+  auto forward = [&](const ForwardArgs& a) { gpu ? cuda::forward_from_host(a, opt) : attention_forward(a, opt); };
+  auto backward = [&](const BackwardArgs& a) { gpu ? cuda::backward_from_host(a, opt) : attention_backward(a, opt); };
+
   SafetensorsFile out;
   out.metadata = {{"numerics", std::string(to_string(opt.numerics))}, {"policy", std::string(to_string(opt.policy))},
                   {"layout", std::string(to_string(layout))},        {"causal", opt.causal ? "true" : "false"},
                   {"tile", std::to_string(opt.resolved_tile_q()) + "x" + std::to_string(opt.resolved_tile_k())},
                   {"delta_source", std::string(to_string(opt.delta_source))},
                   {"round_bits", std::to_string(opt.round_bits)},
-                  {"normalizer", std::string(to_string(opt.normalizer))}};
+                  {"normalizer", std::string(to_string(opt.normalizer))},
+                  {"device", gpu ? cuda::device_name() : std::string("cpu")}};
   if (opt.numerics == Numerics::reference) {
     const ReferenceForward f = reference_forward(fa, opt);
     out.tensors["o"] = tensor_of(DType::f64, q_shape, f.o);
@@ -107,7 +116,7 @@ int run(const AttentionCommand& cmd) {
     std::vector<float> lse(std::size_t(s.rows()));
     TieCounts ties;
     fa.o = o.data(), fa.lse = lse.data(), fa.o_residual = residual.empty() ? nullptr : residual.data(), fa.ties = &ties;
-    attention_forward(fa, opt);
+    forward(fa);
     out.tensors["o"] = tensor_of(DType::bf16, q_shape, o);
     out.tensors["lse"] = tensor_of(DType::f32, lse_shape, lse);
     if (!residual.empty()) out.tensors["o_residual"] = tensor_of(DType::bf16, q_shape, residual);
@@ -116,7 +125,7 @@ int run(const AttentionCommand& cmd) {
       std::vector<float> delta(lse.size());
       ba.o = o.data(), ba.lse = lse.data(), ba.o_residual = fa.o_residual;
       ba.dq = dq.data(), ba.dk = dk.data(), ba.dv = dv.data(), ba.delta = delta.data();
-      attention_backward(ba, opt);
+      backward(ba);
       out.tensors["dq"] = tensor_of(DType::bf16, q_shape, dq);
       out.tensors["dk"] = tensor_of(DType::bf16, k_shape, dk);
       out.tensors["dv"] = tensor_of(DType::bf16, k_shape, dv);

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   std::map<std::string, stableflash::cli::Runner> runners;
   runners["attention"] = stableflash::cli::add_attention_command(app);
   runners["audit"] = stableflash::cli::add_audit_command(app);
+  runners["bench"] = stableflash::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

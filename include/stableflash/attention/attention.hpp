@@ -20,6 +20,16 @@ enum class Layout : std::uint8_t { bhtd, bthd };
 std::string_view to_string(Layout v);
 std::optional<Layout> parse_layout(std::string_view s);
 
+// Where attention runs. For `cuda`, every tensor pointer in ForwardArgs/BackwardArgs is a device
+// pointer (stableflash/attention/cuda.hpp has helpers that stage host tensors).
+enum class Device : std::uint8_t { cpu, cuda };
+inline std::string_view to_string(Device d) { return d == Device::cuda ? "cuda" : "cpu"; }
+inline std::optional<Device> parse_device(std::string_view s) {
+  if (s == "cpu") return Device::cpu;
+  if (s == "cuda") return Device::cuda;
+  return std::nullopt;
+}
+
 struct AttentionShape {
   int batch = 1, heads = 1, q_len = 1, k_len = 1, head_dim = 64;
 
@@ -48,6 +58,11 @@ struct AttentionOptions {
   Normalizer normalizer = Normalizer::fp32;
   int round_bits = 7;  // output-side significand bits; 7 = BF16 (an experiment knob below 7)
   DeltaSource delta_source = DeltaSource::rounded;
+  Device device = Device::cpu;
+  // CUDA only: accumulate dQ in a fixed order (no atomics) so the backward is bitwise reproducible.
+  // The CPU path is always deterministic.
+  bool deterministic = false;
+  void* cuda_stream = nullptr;  // CUDA only: a cudaStream_t to run on (nullptr: the default stream)
 
   float resolved_scale(int head_dim) const;
   int resolved_tile_q() const;
@@ -89,7 +104,8 @@ struct BackwardArgs {
   float* delta = nullptr;            // optional out [B, H, Tq]: the delta the backward used
 };
 
-// CPU implementations (OpenMP across (B, H, row tiles)); `paper` and `fused` numerics only.
+// `paper` and `fused` numerics on options.device: the CPU implementations (OpenMP across
+// (B, H, row tiles)) or the CUDA kernels (attention/cuda/, head_dim 64 and 128).
 void attention_forward(const ForwardArgs& args, const AttentionOptions& options);
 void attention_backward(const BackwardArgs& args, const AttentionOptions& options);
 

@@ -105,7 +105,17 @@ struct bf16 {
 static_assert(sizeof(bf16) == 2, "bf16 must be a plain 16-bit value (safetensors, kernels)");
 
 // Rounds an FP32 value to the nearest BF16 value, returned as FP32 (the common emulation step).
-SF_HD float round_bf16(float x) { return bf16::from_float(x).to_float(); }
+// On the GPU the hardware conversion (cvt.rn.bf16.f32: RNE, subnormals kept) gives the same value
+// in one instruction; only a NaN's payload may differ, and a NaN stays a NaN.
+SF_HD float round_bf16(float x) {
+#if defined(__CUDA_ARCH__)
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return __uint_as_float(static_cast<unsigned>(h) << 16);
+#else
+  return bf16::from_float(x).to_float();
+#endif
+}
 
 // The largest finite BF16 value (0x7f7f); the paper's code masks scores with its negation.
 SF_HD float max_bf16() { return bits_to_float(0x7f7f0000u); }

@@ -46,4 +46,17 @@ SF_HD float div_rn(float a, float b) {
 SF_HD float exp_fp32(float x) { return expf(x); }
 SF_HD float log_fp32(float x) { return logf(x); }
 
+// 2^x for the fused kernels' softmax: the hardware exp2 on the GPU (relative error ~2^-22,
+// subnormal results flushed to 0), exp2f on the host. Only `fused` numerics use it, where
+// numerics.md allows the exp implementation to differ.
+SF_HD float exp2_fast(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
+
 }  // namespace stableflash

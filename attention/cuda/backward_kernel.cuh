@@ -1,0 +1,252 @@
+// Flash-attention backward for sm_90a with warp-level mma.sync (FlashAttention-2's structure) in
+// `fused` or `paper` numerics. The shift policy does not enter: P = exp(S - lse) uses the forward's
+// lse whatever m was (numerics.md), so there is one kernel per (head dim, numerics).
+//
+// A CTA owns kBlockK keys of one (b, h), 16 per warp, and walks the query blocks that see them.
+// Per query block (Q, dO, lse, delta double buffered in shared memory):
+//   S^T = K Q^T and dP^T = V dO^T           (warp: its 16 keys x 64 queries, FP32)
+//   P = exp(S - lse), dS = P (dP - delta)   (rounding points from rounding_points.hpp)
+//   dV += BF16(P)^T dO, dK += BF16(dS)^T Q  (accumulated in registers over all query blocks)
+//   dQ += BF16(dS) K                        (dS^T through shared memory; FP32 atomics into a
+//                                            workspace, or, deterministic, ordered read-add-writes)
+// Working on S^T makes P^T and dS^T come out of the mma in the A-operand layout of the dV and dK
+// products, so only dQ needs dS in shared memory.
+#pragma once
+
+#include <cstdint>
+
+#include "kernel_params.cuh"
+#include "stableflash/attention/rounding_points.hpp"
+#include "warp_mma.cuh"
+
+namespace stableflash::attention::cuda {
+
+// Deterministic dQ: the key blocks of one (b, h) add into a query block's dQ in key-block order.
+// Block kb waits until the counter reads kb; CTAs are dispatched in blockIdx order, so the blocks
+// it waits for are running or done.
+__device__ __forceinline__ void wait_turn(const int* counter, int turn) {
+  if (threadIdx.x == 0) {
+    int seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+    } while (seen != turn);
+  }
+  __syncthreads();
+}
+__device__ __forceinline__ void pass_turn(int* counter, int next) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(next) : "memory");
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1) attention_backward_kernel(const __grid_constant__ BackwardParams p) {
+  constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK, BQ = Traits::kBlockQ;
+  constexpr int NQ = Traits::kQueryTiles, DT = Traits::kDimTiles, DQT = Traits::kDqDimTiles;
+  constexpr bool kPaper = Traits::kPaper;
+  constexpr float kInf = __builtin_huge_valf();
+  using Tile = SwizzledTile<D>;
+  using DsTile = SwizzledTile<BQ>;  // dS^T: [BK keys, BQ queries]
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const std::uint32_t s_k = smem_u32(smem), s_v = s_k + Traits::kSmemK;
+  const std::uint32_t s_q0 = s_v + Traits::kSmemK, s_do0 = s_q0 + 2 * Traits::kSmemQ;
+  const std::uint32_t s_ds = s_do0 + 2 * Traits::kSmemQ;
+  float* s_rowvals = reinterpret_cast<float*>(smem + (s_ds - s_k) + Traits::kSmemDS);  // [2][lse|delta][BQ]
+
+  const int b = blockIdx.z, h = blockIdx.y, kb = blockIdx.x, k0 = kb * BK;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const bool causal = p.causal != 0;
+  const std::int64_t row_base = (std::int64_t(b) * p.heads + h) * p.q_len;  // [B, H, Tq] row index
+  const std::uint16_t* q_head = p.q + p.q_strides.head(b, h);
+  const std::uint16_t* do_head = p.d_o + p.q_strides.head(b, h);
+  const std::uint16_t* k_head = p.k + p.k_strides.head(b, h);
+  const std::uint16_t* v_head = p.v + p.k_strides.head(b, h);
+
+  // Query blocks that see any of keys [k0, k0 + BK): query i sees key j iff j <= i + Tk - Tq.
+  const int first_query = causal ? max(0, k0 - (p.k_len - p.q_len)) : 0;
+  const int qb_begin = first_query / BQ, qb_end = (p.q_len + BQ - 1) / BQ;
+
+  auto issue_query_block = [&](int qb, int buf) {
+    const int q0 = qb * BQ;
+    load_tile_async<BQ, D, Traits::kThreads>(s_q0 + buf * Traits::kSmemQ, q_head, p.q_strides.t, q0, p.q_len);
+    load_tile_async<BQ, D, Traits::kThreads>(s_do0 + buf * Traits::kSmemQ, do_head, p.q_strides.t, q0, p.q_len);
+    // lse (fused: in log2 units) and delta; rows past Tq get lse = +inf so P = 0 there.
+    float* vals = s_rowvals + buf * 2 * BQ;
+    for (int r = threadIdx.x; r < BQ; r += Traits::kThreads) {
+      const bool valid = q0 + r < p.q_len;
+      const float lse = valid ? p.lse[row_base + q0 + r] : kInf;
+      vals[r] = kPaper ? lse : fused::to_log2(lse);
+      vals[BQ + r] = valid ? p.delta[row_base + q0 + r] : 0.0f;
+    }
+  };
+
+  load_tile_async<BK, D, Traits::kThreads>(s_k, k_head, p.k_strides.t, k0, p.k_len);
+  load_tile_async<BK, D, Traits::kThreads>(s_v, v_head, p.k_strides.t, k0, p.k_len);
+  if (qb_begin < qb_end) issue_query_block(qb_begin, 0);
+  cp_async_commit();
+
+  float acc_dk[DT][4], acc_dv[DT][4];  // this warp's 16 keys x D
+#pragma unroll
+  for (int nd = 0; nd < DT; ++nd)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[nd][e] = acc_dv[nd][e] = 0.0f;
+
+  const int key_row = warp * 16;  // this warp's keys within the CTA: key_row + g (+ 8)
+  for (int qb = qb_begin; qb < qb_end; ++qb) {
+    const int buf = (qb - qb_begin) & 1, q0 = qb * BQ;
+    if (qb + 1 < qb_end) issue_query_block(qb + 1, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const std::uint32_t s_q = s_q0 + buf * Traits::kSmemQ, s_do = s_do0 + buf * Traits::kSmemQ;
+    const float* s_lse = s_rowvals + buf * 2 * BQ;
+    const float* s_delta = s_lse + BQ;
+
+    // ---- S^T = K Q^T and dP^T = V dO^T: rows = this warp's 16 keys, columns = BQ queries.
+    float st[NQ][4], dpt[NQ][4];
+#pragma unroll
+    for (int nq = 0; nq < NQ; ++nq)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[nq][e] = dpt[nq][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      std::uint32_t ak[4], av[4];
+      ldmatrix_x4(ak, s_k + Tile::offset(key_row + lane % 16, kk * 2 + lane / 16));
+      ldmatrix_x4(av, s_v + Tile::offset(key_row + lane % 16, kk * 2 + lane / 16));
+#pragma unroll
+      for (int nq2 = 0; nq2 < NQ / 2; ++nq2) {
+        std::uint32_t bq[4], bo[4];
+        const int row = nq2 * 16 + lane % 8 + 8 * (lane / 16), chunk = kk * 2 + (lane / 8) % 2;
+        ldmatrix_x4(bq, s_q + Tile::offset(row, chunk));
+        ldmatrix_x4(bo, s_do + Tile::offset(row, chunk));
+        mma_16816(st[2 * nq2], ak, bq[0], bq[1]);
+        mma_16816(st[2 * nq2 + 1], ak, bq[2], bq[3]);
+        mma_16816(dpt[2 * nq2], av, bo[0], bo[1]);
+        mma_16816(dpt[2 * nq2 + 1], av, bo[2], bo[3]);
+      }
+    }
+
+    // ---- P and dS at the mode's rounding points; BF16 copies as A fragments (k = queries).
+    // Element (nq, e): key k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
+    const bool need_mask = k0 + BK > p.k_len || (causal && k0 + BK - 1 > q0 + p.k_len - p.q_len);
+    std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
+#pragma unroll
+    for (int nq = 0; nq < NQ; ++nq) {
+      float pv[4], dsv[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int ql = nq * 8 + 2 * t + (e & 1);
+        const int key = k0 + key_row + g + 8 * (e / 2);
+        const bool masked = need_mask && (key >= p.k_len || (causal && key > q0 + ql + p.k_len - p.q_len));
+        float prob, dp;
+        if constexpr (kPaper) {
+          prob = paper::prob(paper::score(st[nq][e], p.scale), s_lse[ql]);
+          dp = paper::dprob(dpt[nq][e]);
+        } else {
+          prob = fused::exp_from_dot(st[nq][e], p.scale_log2, s_lse[ql]);
+          dp = dpt[nq][e];
+        }
+        if (masked) prob = 0.0f;
+        pv[e] = prob;
+        dsv[e] = kPaper ? paper::dscore(prob, dp, s_delta[ql], p.scale) : fused::dscore(prob, dp, s_delta[ql]);
+      }
+      pa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(pv[0], pv[1]);
+      pa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(pv[2], pv[3]);
+      dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
+      dsa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(dsv[2], dsv[3]);
+      // dS^T to shared memory for dQ: rows = keys, 2 queries per 4-byte store
+      const int col = nq * 8 + 2 * t;
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = key_row + g + 8 * hf;
+        const std::uint32_t addr = s_ds + DsTile::offset(r, col / 8) + (col % 8) * 2;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
+      }
+    }
+
+    // ---- dV += BF16(P)^T dO and dK += BF16(dS)^T Q: B = dO, Q by transposing ldmatrix.
+#pragma unroll
+    for (int kq = 0; kq < BQ / 16; ++kq) {
+#pragma unroll
+      for (int nd2 = 0; nd2 < DT / 2; ++nd2) {
+        const int row = kq * 16 + lane % 8 + 8 * ((lane / 8) % 2), chunk = nd2 * 2 + lane / 16;
+        std::uint32_t bo[4], bq[4];
+        ldmatrix_x4_trans(bo, s_do + Tile::offset(row, chunk));
+        ldmatrix_x4_trans(bq, s_q + Tile::offset(row, chunk));
+        mma_16816(acc_dv[2 * nd2], pa[kq], bo[0], bo[1]);
+        mma_16816(acc_dv[2 * nd2 + 1], pa[kq], bo[2], bo[3]);
+        mma_16816(acc_dk[2 * nd2], dsa[kq], bq[0], bq[1]);
+        mma_16816(acc_dk[2 * nd2 + 1], dsa[kq], bq[2], bq[3]);
+      }
+    }
+    __syncthreads();  // dS^T complete
+
+    // ---- dQ[q0 + 16 rt .., dims of half ch] = BF16(dS) K over this CTA's keys.
+    {
+      const int rt = warp % Traits::kDqRowTiles, ch = warp / Traits::kDqRowTiles;
+      float acc_dq[DQT][4];
+#pragma unroll
+      for (int nd = 0; nd < DQT; ++nd)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_dq[nd][e] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        std::uint32_t a[4];  // A = dS (queries x keys) read transposed from dS^T
+        ldmatrix_x4_trans(a, s_ds + DsTile::offset(kk * 16 + lane % 8 + 8 * (lane / 16), rt * 2 + (lane / 8) % 2));
+#pragma unroll
+        for (int nd2 = 0; nd2 < DQT / 2; ++nd2) {
+          std::uint32_t bk[4];
+          ldmatrix_x4_trans(bk, s_k + Tile::offset(kk * 16 + lane % 8 + 8 * ((lane / 8) % 2),
+                                                   ch * (DQT / 2) * 2 + nd2 * 2 + lane / 16));
+          mma_16816(acc_dq[2 * nd2], a, bk[0], bk[1]);
+          mma_16816(acc_dq[2 * nd2 + 1], a, bk[2], bk[3]);
+        }
+      }
+      float* dq_head = p.dq_accum + row_base * D;  // [Tq, D] FP32
+      // deterministic: one counter per (b, h, query block)
+      int* turn = p.dq_semaphore + ((std::int64_t(b) * p.heads + h) * ((p.q_len + BQ - 1) / BQ) + qb);
+      if (p.deterministic) wait_turn(turn, kb);
+#pragma unroll
+      for (int nd = 0; nd < DQT; ++nd)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int qi = q0 + rt * 16 + g + 8 * hf;
+          if (qi >= p.q_len) continue;
+          float2* dst = reinterpret_cast<float2*>(dq_head + std::int64_t(qi) * D + ch * (D / 2) + nd * 8 + 2 * t);
+          const float2 add = make_float2(acc_dq[nd][2 * hf], acc_dq[nd][2 * hf + 1]);
+          if (p.deterministic) {
+            float2 cur = __ldcg(dst);
+            cur.x += add.x, cur.y += add.y;
+            __stcg(dst, cur);
+          } else {
+            atomicAdd(dst, add);
+          }
+        }
+      if (p.deterministic) pass_turn(turn, kb + 1);
+    }
+    __syncthreads();  // dS^T and this block's Q/dO buffers are rewritten next iteration
+  }
+  cp_async_wait<0>();
+
+  // ---- dK = BF16(acc * scale) (fused applies the scale to the FP32 product; paper's dS has it),
+  // dV = BF16(acc). Keys past Tk are not stored.
+  const float dk_scale = kPaper ? 1.0f : p.scale;
+  std::uint16_t* dk_head = p.dk + p.k_strides.head(b, h);
+  std::uint16_t* dv_head = p.dv + p.k_strides.head(b, h);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int key = k0 + key_row + g + 8 * hf;
+    if (key >= p.k_len) continue;
+#pragma unroll
+    for (int nd = 0; nd < DT; ++nd) {
+      const int d = nd * 8 + 2 * t;
+      *reinterpret_cast<std::uint32_t*>(dk_head + key * p.k_strides.t + d) =
+          pack_bf16x2(mul_rn(acc_dk[nd][2 * hf], dk_scale), mul_rn(acc_dk[nd][2 * hf + 1], dk_scale));
+      *reinterpret_cast<std::uint32_t*>(dv_head + key * p.k_strides.t + d) =
+          pack_bf16x2(acc_dv[nd][2 * hf], acc_dv[nd][2 * hf + 1]);
+    }
+  }
+}
+
+}  // namespace stableflash::attention::cuda

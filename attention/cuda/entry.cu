@@ -1,0 +1,202 @@
+// The CUDA entry points (stableflash/attention/cuda.hpp): validation, kernel parameters from the
+// public args and options, workspace, and dispatch to the compiled (head dim, numerics) kernels.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "launch.hpp"
+#include "stableflash/attention/cuda.hpp"
+#include "stableflash/attention/rounding_points.hpp"
+
+namespace stableflash::attention::cuda {
+namespace {
+
+bool head_dim_compiled(int d) {
+#if SF_CUDA_HD64
+  if (d == 64) return true;
+#endif
+#if SF_CUDA_HD128
+  if (d == 128) return true;
+#endif
+  return false;
+}
+
+TensorStrides strides_of(Layout layout, const AttentionShape& s, int len) {
+  const HeadStrides hs = HeadStrides::of(layout, s.heads, len, s.head_dim);
+  return {hs.b, hs.h, hs.t};
+}
+
+cudaStream_t stream_of(const AttentionOptions& opt) { return static_cast<cudaStream_t>(opt.cuda_stream); }
+
+// Stream-ordered workspace from the default pool, kept cached between calls (no cudaMalloc cost
+// inside timed loops).
+void* workspace_alloc(std::size_t bytes, cudaStream_t stream) {
+  static const bool pool_configured = [] {
+    int dev = 0;
+    check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+    cudaMemPool_t pool;
+    check_cuda(cudaDeviceGetDefaultMemPool(&pool, dev), "cudaDeviceGetDefaultMemPool");
+    std::uint64_t keep = UINT64_MAX;
+    check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+    return true;
+  }();
+  (void)pool_configured;
+  void* p = nullptr;
+  check_cuda(cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, stream), "cudaMallocAsync");
+  return p;
+}
+void workspace_free(void* p, cudaStream_t stream) { check_cuda(cudaFreeAsync(p, stream), "cudaFreeAsync"); }
+
+template <class F>
+void with_kernels(int head_dim, Numerics numerics, F&& f) {
+  const bool paper = numerics == Numerics::paper;
+#if SF_CUDA_HD64
+  if (head_dim == 64) return paper ? f.template operator()<64, true>() : f.template operator()<64, false>();
+#endif
+#if SF_CUDA_HD128
+  if (head_dim == 128) return paper ? f.template operator()<128, true>() : f.template operator()<128, false>();
+#endif
+  throw std::invalid_argument("CUDA attention: no kernels compiled for head_dim " + std::to_string(head_dim));
+}
+
+BackwardParams backward_params(const BackwardArgs& a, const AttentionOptions& opt) {
+  const AttentionShape& s = a.shape;
+  BackwardParams p{};
+  p.q = reinterpret_cast<const std::uint16_t*>(a.q), p.k = reinterpret_cast<const std::uint16_t*>(a.k);
+  p.v = reinterpret_cast<const std::uint16_t*>(a.v), p.o = reinterpret_cast<const std::uint16_t*>(a.o);
+  p.o_residual = reinterpret_cast<const std::uint16_t*>(a.o_residual);
+  p.d_o = reinterpret_cast<const std::uint16_t*>(a.d_o);
+  p.lse = a.lse;
+  p.dq = reinterpret_cast<std::uint16_t*>(a.dq), p.dk = reinterpret_cast<std::uint16_t*>(a.dk);
+  p.dv = reinterpret_cast<std::uint16_t*>(a.dv);
+  p.q_strides = strides_of(a.layout, s, s.q_len), p.k_strides = strides_of(a.layout, s, s.k_len);
+  p.batch = s.batch, p.heads = s.heads, p.q_len = s.q_len, p.k_len = s.k_len;
+  p.scale = opt.resolved_scale(s.head_dim), p.scale_log2 = fused::scale_log2(p.scale);
+  p.causal = opt.causal, p.deterministic = opt.deterministic;
+  p.delta_source = static_cast<int>(opt.delta_source);
+  return p;
+}
+
+// The kernels copy rows in 16-byte pieces and store pairs of values in 4 bytes.
+void check_aligned(const void* ptr, int bytes, const char* name) {
+  if (ptr && reinterpret_cast<std::uintptr_t>(ptr) % bytes != 0)
+    throw std::invalid_argument(std::string("CUDA attention: ") + name + " must be " + std::to_string(bytes) + "-byte aligned");
+}
+
+void check_backward_inputs(const BackwardArgs& a, const AttentionOptions& opt) {
+  check_supported(a.shape, opt);
+  if (!a.q || !a.k || !a.v || !a.o || !a.lse || !a.d_o)
+    throw std::invalid_argument("attention_backward: q, k, v, o, lse and do are required");
+  for (const auto& [ptr, name] : {std::pair<const void*, const char*>{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.o, "o"},
+                                  {a.o_residual, "o_residual"}, {a.d_o, "do"}})
+    check_aligned(ptr, 16, name);
+  for (const auto& [ptr, name] : {std::pair<const void*, const char*>{a.dq, "dq"}, {a.dk, "dk"}, {a.dv, "dv"}})
+    check_aligned(ptr, 8, name);
+  if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
+    throw std::invalid_argument("delta_source: 'compensated' needs the forward's o_residual");
+}
+
+}  // namespace
+
+bool built() { return true; }
+
+bool has_device() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::string device_name() {
+  int dev = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return "none";
+  return prop.name;
+}
+
+void check_supported(const AttentionShape& s, const AttentionOptions& opt) {
+  opt.validate(s);
+  if (opt.numerics == Numerics::reference)
+    throw std::invalid_argument("numerics: 'reference' runs on the CPU only (FP64 oracle)");
+  if (!head_dim_compiled(s.head_dim))
+    throw std::invalid_argument("CUDA attention: head_dim " + std::to_string(s.head_dim) +
+                                " has no kernels in this build (64 and 128 exist; STABLEFLASH_CUDA_HEAD_DIMS)");
+  if (opt.resolved_tile_k() % kSubTile != 0)
+    throw std::invalid_argument("tile: the CUDA kernels need a key tile that is a multiple of " +
+                                std::to_string(kSubTile) + ", got " + std::to_string(opt.resolved_tile_k()));
+}
+
+void forward(const ForwardArgs& a, const AttentionOptions& opt) {
+  check_supported(a.shape, opt);
+  if (!a.q || !a.k || !a.v || !a.o || !a.lse) throw std::invalid_argument("attention_forward: q, k, v, o and lse are required");
+  if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
+    throw std::invalid_argument("delta_source: 'compensated' needs an o_residual output buffer");
+  for (const auto& [ptr, name] : {std::pair<const void*, const char*>{a.q, "q"}, {a.k, "k"}, {a.v, "v"}})
+    check_aligned(ptr, 16, name);
+  check_aligned(a.o, 4, "o"), check_aligned(a.o_residual, 4, "o_residual");
+  const AttentionShape& s = a.shape;
+  const cudaStream_t stream = stream_of(opt);
+  ForwardParams p{};
+  p.q = reinterpret_cast<const std::uint16_t*>(a.q), p.k = reinterpret_cast<const std::uint16_t*>(a.k);
+  p.v = reinterpret_cast<const std::uint16_t*>(a.v);
+  p.o = reinterpret_cast<std::uint16_t*>(a.o), p.o_residual = reinterpret_cast<std::uint16_t*>(a.o_residual);
+  p.lse = a.lse;
+  p.q_strides = strides_of(a.layout, s, s.q_len), p.k_strides = strides_of(a.layout, s, s.k_len);
+  p.batch = s.batch, p.heads = s.heads, p.q_len = s.q_len, p.k_len = s.k_len;
+  p.scale = opt.resolved_scale(s.head_dim), p.scale_log2 = fused::scale_log2(p.scale);
+  p.causal = opt.causal;
+  p.tile_k = opt.resolved_tile_k();
+  p.round_bits = opt.round_bits;
+  p.normalizer_bf16 = opt.normalizer == Normalizer::bf16;
+  p.policy = opt.policy_params;
+  if (a.ties) {
+    p.counters = static_cast<DeviceTieCounters*>(workspace_alloc(sizeof(DeviceTieCounters), stream));
+    check_cuda(cudaMemsetAsync(p.counters, 0, sizeof(DeviceTieCounters), stream), "cudaMemsetAsync");
+  }
+  with_kernels(s.head_dim, opt.numerics, [&]<int D, bool kPaper>() { launch_forward<D, kPaper>(p, opt.policy, stream); });
+  if (a.ties) {
+    DeviceTieCounters c{};
+    check_cuda(cudaMemcpyAsync(&c, p.counters, sizeof c, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    workspace_free(p.counters, stream);
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    // Fully masked rows: causal with Tq > Tk leaves the first Tq - Tk rows without keys.
+    const std::int64_t masked = opt.causal && s.q_len > s.k_len ? std::int64_t(s.q_len - s.k_len) * s.batch * s.heads : 0;
+    *a.ties = TieCounts{s.rows(), std::int64_t(c.tie_event_rows), std::int64_t(c.repeated_max_rows),
+                        std::int64_t(c.fallback_rows), masked};
+  }
+}
+
+void delta(const BackwardArgs& a, const AttentionOptions& opt, float* delta_out) {
+  check_backward_inputs(a, opt);
+  if (!delta_out) throw std::invalid_argument("attention_delta: the delta output is required");
+  BackwardParams p = backward_params(a, opt);
+  p.delta = delta_out;
+  with_kernels(a.shape.head_dim, opt.numerics, [&]<int D, bool kPaper>() { launch_delta<D, kPaper>(p, stream_of(opt)); });
+}
+
+void backward(const BackwardArgs& a, const AttentionOptions& opt) {
+  check_backward_inputs(a, opt);
+  if (!a.dq || !a.dk || !a.dv) throw std::invalid_argument("attention_backward: dq, dk and dv outputs are required");
+  const AttentionShape& s = a.shape;
+  const cudaStream_t stream = stream_of(opt);
+  BackwardParams p = backward_params(a, opt);
+  constexpr int kBlockQ = 64;  // BackwardTraits<*>::kBlockQ (one dQ turn counter per query block)
+  const std::size_t rows = std::size_t(s.rows());
+  const std::size_t sems = opt.deterministic ? std::size_t(s.batch) * s.heads * ((s.q_len + kBlockQ - 1) / kBlockQ) : 0;
+  const std::size_t delta_bytes = a.delta ? 0 : rows * sizeof(float);
+  const std::size_t dq_bytes = rows * s.head_dim * sizeof(float);
+  // one allocation: dQ accumulator | turn counters | delta
+  char* ws = static_cast<char*>(workspace_alloc(dq_bytes + sems * sizeof(int) + delta_bytes, stream));
+  p.dq_accum = reinterpret_cast<float*>(ws);
+  p.dq_semaphore = sems ? reinterpret_cast<int*>(ws + dq_bytes) : nullptr;
+  p.delta = a.delta ? a.delta : reinterpret_cast<float*>(ws + dq_bytes + sems * sizeof(int));
+  check_cuda(cudaMemsetAsync(ws, 0, dq_bytes + sems * sizeof(int), stream), "cudaMemsetAsync");
+  with_kernels(s.head_dim, opt.numerics, [&]<int D, bool kPaper>() {
+    launch_delta<D, kPaper>(p, stream);
+    launch_backward_main<D, kPaper>(p, stream);
+  });
+  workspace_free(ws, stream);
+}
+
+}  // namespace stableflash::attention::cuda

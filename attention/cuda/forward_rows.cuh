@@ -1,0 +1,384 @@
+// Per-row state of the forward kernel (forward_kernel.cuh) and the walk over key sub-tiles.
+// A thread holds 2 * kRowTiles rows (rows g and g + 8 of each 16-row tile); the four threads of a
+// quad hold the same rows, each a quarter of the columns, so row reductions are two shuffles.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernel_params.cuh"
+#include "stableflash/attention/rounding_points.hpp"
+#include "stableflash/attention/shift_policies.hpp"
+#include "warp_mma.cuh"
+
+namespace stableflash::attention::cuda {
+
+template <class Policy>
+__device__ __forceinline__ Policy make_policy(const PolicyParams& params) {
+  if constexpr (std::is_same_v<Policy, PublishedShift>) {
+    return Policy{params};
+  } else {
+    return Policy{};
+  }
+}
+
+// One step of the key walk: per shift unit, an optional pre-pass over its sub-tiles (K only, to
+// find the unit's maximum), then the main pass (K and V).
+struct KeyStep {
+  int key0;        // first key of the sub-tile
+  int sub, n_sub;  // index within the unit, sub-tiles in the unit
+  bool main;       // main pass (P-bar * V) rather than pre-pass
+  bool prepass;    // the unit has a pre-pass
+};
+
+struct KeyWalk {
+  int n_keys, unit, per_unit;  // unit = per_unit * 64 keys
+  bool multi_pass;             // units of several sub-tiles get a pre-pass
+
+  __device__ int steps_in_unit(int n_sub) const { return (multi_pass && n_sub > 1) ? 2 * n_sub : n_sub; }
+  __device__ int total_steps() const {
+    const int full = n_keys / unit, rest = n_keys - full * unit;
+    return full * steps_in_unit(per_unit) + (rest > 0 ? steps_in_unit((rest + 63) / 64) : 0);
+  }
+  __device__ KeyStep at(int s) const {
+    if (!multi_pass) return KeyStep{s * 64, 0, 1, true, false};  // the fast path: no divisions
+    const int per_full = steps_in_unit(per_unit);
+    const int u = s / per_full, within = s - u * per_full;
+    const int left = n_keys - u * unit;
+    KeyStep st;
+    st.n_sub = left >= unit ? per_unit : (left + 63) / 64;
+    st.prepass = multi_pass && st.n_sub > 1;
+    st.main = !st.prepass || within >= st.n_sub;
+    st.sub = st.prepass ? within % st.n_sub : within;
+    st.key0 = u * unit + st.sub * 64;
+    return st;
+  }
+};
+
+template <class Traits, class Policy>
+struct ForwardRows {
+  static constexpr int MR = Traits::kRowTiles, NT = Traits::kKeyTiles, DT = Traits::kDimTiles;
+  static constexpr bool kPaper = Traits::kPaper;
+  static constexpr ShiftPrecision kPrec = kPaper ? ShiftPrecision::bf16 : ShiftPrecision::fp32;
+  static constexpr float kInf = __builtin_huge_valf();
+  // The pre-pass keeps the two largest scores of a unit; that decides the published rule exactly
+  // because it only asks whether >= 2 scores reach r_m - eps.
+  static_assert(!Policy::needs_near_max_count || Policy::kind == ShiftPolicy::paper,
+                "a new policy that counts near-maximal scores needs more than the top-2 pre-pass");
+
+  // Diagnostics (ForwardArgs::ties) live in shared memory, one record per row of the CTA, written
+  // by the quad's first lane: the fast path keeps no registers for them.
+  struct Events {
+    int ones;        // BF16(P-bar) == 1.0 entries in the current numerics tile
+    float rep_max;   // the row's largest score so far, before any policy
+    int rep_count;   // how often it occurred
+    int flags;       // kTieEvent | kFellBack
+  };
+  static constexpr int kTieEvent = 1, kFellBack = 2;
+
+  const Policy policy;
+  Events* const events;  // null: not counting
+  const int row0;        // query index of (mi = 0, hf = 0)
+  const int lrow0;       // the same row within the CTA (index into events)
+  const std::uint32_t b, h;
+  int last[MR][2];       // last visible key per row; -1 for rows past Tq (never stored)
+  float m[MR][2];        // the shift in use (-inf until the row sees a key)
+  float l[MR][2];        // fused: this thread's partial row sum; paper: the BF16 row sum
+  float l_shadow[MR][2]; // paper: the FP32 row sum of the shadow accumulation
+  float m_unit[MR][2];   // paper: the current unit's shift; -inf: the row sees no key in the unit
+  float c_unit[MR][2];   // paper: its rescale factor exp(m_old - m_unit)
+  float l_unit[MR][2];   // paper: this thread's partial P-bar sum over the unit
+  // Pre-pass: the unit's two largest scores per row, kept in shared memory (the pre-pass is the
+  // slow path; the fast path spends no registers on it). Layout [slot][thread]: no bank conflicts.
+  float* const top;
+  float acc[MR][DT][4];  // fused: the FP32 O accumulator; paper: the unit's FP32 P-bar * V
+  std::uint32_t o_bf[kPaper ? MR : 1][kPaper ? DT : 1][2];  // paper: O, BF16 values, packed
+  float shadow[kPaper ? MR : 1][kPaper ? DT : 1][4];        // paper: the FP32 shadow of O
+
+  static constexpr int kTopSlots = MR * 2 * 2;  // (mi, hf) x {top1, top2}
+  __device__ float& top_at(int mi, int hf, int which) const { return top[((mi * 2 + hf) * 2 + which) * blockDim.x + threadIdx.x]; }
+
+  __device__ ForwardRows(const ForwardParams& p, Events* events_smem, float* top_smem, int b_, int h_, int row0_, int lrow0_)
+      : policy(make_policy<Policy>(p.policy)),
+        events(p.counters ? events_smem : nullptr),
+        top(top_smem),
+        row0(row0_),
+        lrow0(lrow0_),
+        b(b_),
+        h(h_) {
+#pragma unroll
+    for (int mi = 0; mi < MR; ++mi) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = row0 + mi * 16 + 8 * hf;
+        last[mi][hf] = i < p.q_len ? last_key(i, p.q_len, p.k_len, p.causal != 0) : -1;
+        m[mi][hf] = -kInf, l[mi][hf] = 0.0f, l_shadow[mi][hf] = 0.0f;
+        m_unit[mi][hf] = -kInf, c_unit[mi][hf] = 1.0f, l_unit[mi][hf] = 0.0f;
+        top_at(mi, hf, 0) = top_at(mi, hf, 1) = -kInf;
+        if (events && threadIdx.x % 4 == 0) events[lrow0 + mi * 16 + 8 * hf] = Events{0, -kInf, 0, 0};
+      }
+#pragma unroll
+      for (int nd = 0; nd < DT; ++nd)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mi][nd][e] = 0.0f;
+    }
+    if constexpr (kPaper) {
+#pragma unroll
+      for (int mi = 0; mi < MR; ++mi)
+#pragma unroll
+        for (int nd = 0; nd < DT; ++nd) {
+          o_bf[mi][nd][0] = o_bf[mi][nd][1] = 0u;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) shadow[mi][nd][e] = 0.0f;
+        }
+    }
+  }
+
+  // The score in the policy's units: paper scores already are; fused keeps raw dots, and
+  // dot * scale is monotone in dot, so maxima and order statistics map exactly.
+  __device__ static float to_score(const ForwardParams& p, float x) { return kPaper ? x : fused::score(x, p.scale); }
+
+  // Pre-pass: fold a sub-tile into the unit's top-2 (a multiset: equal maxima count twice).
+  __device__ void prepass_tile(const float (&sc)[MR][NT][4]) const {
+#pragma unroll
+    for (int mi = 0; mi < MR; ++mi)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        float a1 = top_at(mi, hf, 0), a2 = top_at(mi, hf, 1);
+#pragma unroll
+        for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            const float x = sc[mi][nj][2 * hf + e2];
+            a2 = fmaxf(a2, fminf(a1, x));  // the multiset's second largest
+            a1 = fmaxf(a1, x);
+          }
+        top_at(mi, hf, 0) = a1, top_at(mi, hf, 1) = a2;
+      }
+  }
+
+  // The unit's shift for every row, from the pre-pass or from this single sub-tile's scores.
+  __device__ void start_unit(const ForwardParams& p, const float (&sc)[MR][NT][4], const KeyStep& st) {
+#pragma unroll
+    for (int mi = 0; mi < MR; ++mi)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        float r1 = -kInf, r2 = -kInf;
+        if (st.prepass) {
+          r1 = top_at(mi, hf, 0), r2 = top_at(mi, hf, 1);
+#pragma unroll
+          for (int off = 1; off <= 2; off <<= 1) {  // merge the quad's top-2 lists
+            const float o1 = __shfl_xor_sync(0xffffffffu, r1, off), o2 = __shfl_xor_sync(0xffffffffu, r2, off);
+            r2 = fmaxf(fminf(r1, o1), fmaxf(r2, o2));
+            r1 = fmaxf(r1, o1);
+          }
+          top_at(mi, hf, 0) = top_at(mi, hf, 1) = -kInf;
+        } else {
+#pragma unroll
+          for (int nj = 0; nj < NT; ++nj) r1 = fmaxf(r1, fmaxf(sc[mi][nj][2 * hf], sc[mi][nj][2 * hf + 1]));
+          r1 = quad_max(r1);
+        }
+        const bool active = r1 > -kInf;
+        const float r_m = to_score(p, r1);
+        int near = 0;
+        if constexpr (Policy::needs_near_max_count) {
+          const float thr = policy.near_max_threshold(r_m, kPrec);
+          if (st.prepass) {
+            near = r_m >= thr ? 1 + (to_score(p, r2) >= thr ? 1 : 0) : 0;  // saturates at 2
+          } else {
+#pragma unroll
+            for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+              for (int e2 = 0; e2 < 2; ++e2) near += to_score(p, sc[mi][nj][2 * hf + e2]) >= thr ? 1 : 0;
+            near = quad_sum(near);
+          }
+        }
+        const float m_old = m[mi][hf];
+        float m_new = m_old;
+        bool fell = false;
+        if (active) {
+          const RowId id{b, h, std::uint32_t(row0 + mi * 16 + 8 * hf)};
+          const ShiftChoice choice = policy.choose(r_m, near, id, kPrec);
+          fell = choice.fell_back;
+          m_new = fmaxf(m_old, choice.m);
+        }
+        // A row that has seen no key keeps acc = l = 0, so its factor is irrelevant (0 avoids NaN).
+        const float c = m_old == -kInf ? 0.0f : (kPaper ? paper::rescale(m_old, m_new) : fused::rescale(m_old, m_new));
+        if (events && lane_leads_quad()) {
+          // Counting runs use units of one numerics tile (one m each), so ones are per tile.
+          Events& ev = events[lrow0 + mi * 16 + 8 * hf];
+          ev.flags |= fell ? kFellBack : 0;
+          ev.ones = 0;
+        }
+        if constexpr (kPaper) {
+          c_unit[mi][hf] = active ? c : 1.0f;
+          m_unit[mi][hf] = active ? m_new : -kInf;
+          l_unit[mi][hf] = 0.0f;
+        } else if (active) {
+          l[mi][hf] *= c;
+#pragma unroll
+          for (int nd = 0; nd < DT; ++nd) acc[mi][nd][2 * hf] *= c, acc[mi][nd][2 * hf + 1] *= c;
+          m[mi][hf] = m_new;
+        }
+      }
+  }
+
+  __device__ static bool lane_leads_quad() { return threadIdx.x % 4 == 0; }
+
+  // Counting only: whether the row's maximum score (before any policy) occurs at >= 2 keys.
+  __device__ void count_repeated_max(const float (&sc)[MR][NT][4]) {
+#pragma unroll
+    for (int mi = 0; mi < MR; ++mi)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        float mx = -kInf;
+#pragma unroll
+        for (int nj = 0; nj < NT; ++nj) mx = fmaxf(mx, fmaxf(sc[mi][nj][2 * hf], sc[mi][nj][2 * hf + 1]));
+        mx = quad_max(mx);
+        int n = 0;
+#pragma unroll
+        for (int nj = 0; nj < NT; ++nj) n += (sc[mi][nj][2 * hf] == mx) + (sc[mi][nj][2 * hf + 1] == mx);
+        n = quad_sum(n);  // every lane shuffles
+        Events& ev = events[lrow0 + mi * 16 + 8 * hf];
+        if (!lane_leads_quad() || mx == -kInf || mx < ev.rep_max) continue;
+        ev.rep_count = (mx > ev.rep_max ? 0 : ev.rep_count) + n;
+        ev.rep_max = mx;
+      }
+  }
+
+  // P-bar = exp(S - m) in place, the row sums, and BF16(P-bar) packed as A fragments.
+  __device__ void probabilities(const ForwardParams& p, float (&sc)[MR][NT][4], std::uint32_t (&pa)[MR][NT / 2][4]) {
+#pragma unroll
+    for (int mi = 0; mi < MR; ++mi) {
+      float shift[2];  // paper: m itself; fused: m * log2(e). 0 for a row with no key in the unit
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const float mu = kPaper ? m_unit[mi][hf] : m[mi][hf];
+        shift[hf] = mu == -kInf ? 0.0f : (kPaper ? mu : fused::to_log2(mu));
+      }
+      float part[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int nj = 0; nj < NT; ++nj) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (kPaper) {
+            sc[mi][nj][e] = paper::pbar(sc[mi][nj][e], shift[e / 2]);
+          } else {
+            sc[mi][nj][e] = fused::exp_from_dot(sc[mi][nj][e], p.scale_log2, shift[e / 2]);
+          }
+        }
+        pa[mi][nj / 2][(nj % 2) * 2 + 0] = pack_bf16x2(sc[mi][nj][0], sc[mi][nj][1]);
+        pa[mi][nj / 2][(nj % 2) * 2 + 1] = pack_bf16x2(sc[mi][nj][2], sc[mi][nj][3]);
+      }
+      // Row sums: of the FP32 P-bar (paper; fused by default) or of the BF16(P-bar) in pa (fused,
+      // normalizer = bf16: the values the P-bar * V product actually used).
+      if (!kPaper && p.normalizer_bf16) {
+#pragma unroll
+        for (int nj = 0; nj < NT / 2; ++nj)
+#pragma unroll
+          for (int w = 0; w < 4; ++w) part[w % 2] += bf16_lo(pa[mi][nj][w]) + bf16_hi(pa[mi][nj][w]);
+      } else {
+#pragma unroll
+        for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) part[e / 2] += sc[mi][nj][e];
+      }
+      if (events) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          int n = 0;
+#pragma unroll
+          for (int nj = 0; nj < NT; ++nj) n += (round_bf16(sc[mi][nj][2 * hf]) == 1.0f) + (round_bf16(sc[mi][nj][2 * hf + 1]) == 1.0f);
+          n = quad_sum(n);
+          if (lane_leads_quad()) events[lrow0 + mi * 16 + 8 * hf].ones += n;
+        }
+      }
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) (kPaper ? l_unit : l)[mi][hf] += part[hf];
+    }
+  }
+
+  // After the unit's last sub-tile. paper: the unit's rounding points (O-bar, O and l updates);
+  // fused: nothing but the tie count (its O accumulator was rescaled at the unit's start).
+  __device__ void end_unit(const ForwardParams& p) {
+#pragma unroll
+    for (int mi = 0; mi < MR; ++mi)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        if (events && lane_leads_quad()) {
+          Events& ev = events[lrow0 + mi * 16 + 8 * hf];
+          ev.flags |= ev.ones >= 2 ? kTieEvent : 0;
+        }
+        if constexpr (kPaper) {
+          // every lane shuffles; the skip below is quad-uniform
+          const float l_tile = paper::clamp_tile_sum(quad_sum(l_unit[mi][hf]));
+          if (m_unit[mi][hf] == -kInf) continue;  // the row skips this unit (acc stayed 0)
+          const float c = c_unit[mi][hf];
+#pragma unroll
+          for (int nd = 0; nd < DT; ++nd) {
+            float o2[2] = {bf16_lo(o_bf[mi][nd][hf]), bf16_hi(o_bf[mi][nd][hf])};
+#pragma unroll
+            for (int e2 = 0; e2 < 2; ++e2) {
+              const float dot = acc[mi][nd][2 * hf + e2];
+              o2[e2] = paper::update_output(o2[e2], c, paper::tile_output(dot, p.round_bits), p.round_bits);
+              shadow[mi][nd][2 * hf + e2] = paper::update_shadow(shadow[mi][nd][2 * hf + e2], c, dot);
+              acc[mi][nd][2 * hf + e2] = 0.0f;
+            }
+            o_bf[mi][nd][hf] = pack_bf16x2(o2[0], o2[1]);  // exact: O holds <= 7 significand bits
+          }
+          l[mi][hf] = paper::update_sum(l[mi][hf], c, l_tile);
+          l_shadow[mi][hf] = add_rn(mul_rn(l_shadow[mi][hf], c), l_tile);
+          m[mi][hf] = m_unit[mi][hf];
+        }
+      }
+  }
+
+  // O (and its residual), lse and the event counters. Rows that saw no key: o = 0, lse = +inf.
+  __device__ void store(const ForwardParams& p, int b_, int h_, int t) {
+    std::uint16_t* o_head = p.o + p.q_strides.head(b_, h_);
+    std::uint16_t* r_head = p.o_residual ? p.o_residual + p.q_strides.head(b_, h_) : nullptr;
+#pragma unroll
+    for (int mi = 0; mi < MR; ++mi)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = row0 + mi * 16 + 8 * hf;
+        const float l_row = kPaper ? l[mi][hf] : quad_sum(l[mi][hf]);  // all quad lanes take part
+        if (i >= p.q_len) continue;
+        const bool seen = m[mi][hf] != -kInf;
+        std::uint16_t* o_row = o_head + i * p.q_strides.t;
+        std::uint16_t* r_row = r_head ? r_head + i * p.q_strides.t : nullptr;
+#pragma unroll
+        for (int nd = 0; nd < DT; ++nd) {
+          float o2[2] = {0.0f, 0.0f}, r2[2] = {0.0f, 0.0f};
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            if (!seen) continue;
+            if constexpr (kPaper) {
+              const float o_acc = e2 == 0 ? bf16_lo(o_bf[mi][nd][hf]) : bf16_hi(o_bf[mi][nd][hf]);
+              o2[e2] = paper::finalize_output(o_acc, l_row, p.round_bits);
+              r2[e2] = output_residual(div_rn(shadow[mi][nd][2 * hf + e2], l_shadow[mi][hf]), o2[e2]);
+            } else {
+              const float o32 = fused::unrounded_output(acc[mi][nd][2 * hf + e2], l_row);
+              o2[e2] = fused::finalize_output(o32, p.round_bits);
+              r2[e2] = output_residual(o32, o2[e2]);
+            }
+          }
+          const int d = nd * 8 + 2 * t;
+          *reinterpret_cast<std::uint32_t*>(o_row + d) = pack_bf16x2(o2[0], o2[1]);
+          if (r_row) *reinterpret_cast<std::uint32_t*>(r_row + d) = pack_bf16x2(r2[0], r2[1]);
+        }
+        if (t == 0) {
+          p.lse[(std::int64_t(b_) * p.heads + h_) * p.q_len + i] =
+              seen ? (kPaper ? paper::lse(l_row, m[mi][hf]) : fused::lse(l_row, m[mi][hf])) : kInf;
+          if (events && seen) {
+            const Events& ev = events[lrow0 + mi * 16 + 8 * hf];
+            if (ev.flags & kTieEvent) atomicAdd(&p.counters->tie_event_rows, 1ull);
+            if (ev.rep_count >= 2) atomicAdd(&p.counters->repeated_max_rows, 1ull);
+            if (ev.flags & kFellBack) atomicAdd(&p.counters->fallback_rows, 1ull);
+          }
+        }
+      }
+  }
+};
+
+}  // namespace stableflash::attention::cuda

@@ -1,0 +1,111 @@
+// Plain-data kernel parameters and tile traits of the attention kernels. Host code fills the
+// params from ForwardArgs/BackwardArgs + AttentionOptions (launch_*.cu); the kernels only read them.
+#pragma once
+
+#include <cstdint>
+
+#include "stableflash/attention/shift_policies.hpp"
+
+namespace stableflash::attention::cuda {
+
+// Element strides of one [B, H, T, D] or [B, T, H, D] tensor (head_dim is always contiguous).
+struct TensorStrides {
+  std::int64_t b = 0, h = 0, t = 0;
+  __host__ __device__ std::int64_t head(int b_, int h_) const { return b_ * b + h_ * h; }
+};
+
+// Event counters of the forward (TieCounts), accumulated with atomics when requested.
+struct DeviceTieCounters {
+  unsigned long long tie_event_rows, repeated_max_rows, fallback_rows;
+};
+
+struct ForwardParams {
+  const std::uint16_t *q, *k, *v;  // BF16 bits; [B, H, Tq|Tk, D] or [B, T, H, D]
+  std::uint16_t *o, *o_residual;   // o_residual may be null
+  float* lse;                      // [B, H, Tq]
+  DeviceTieCounters* counters;     // null: no counting (the fast path)
+  TensorStrides q_strides, k_strides;  // o and o_residual share q's, v shares k's
+  int batch, heads, q_len, k_len;
+  float scale, scale_log2;
+  int causal;
+  int tile_k;      // numerics key tile (multiple of kSubTile); fused without tie counts: kSubTile
+  int round_bits;  // 1..7
+  int normalizer_bf16;
+  PolicyParams policy;
+};
+
+struct BackwardParams {
+  const std::uint16_t *q, *k, *v, *o, *o_residual, *d_o;
+  const float* lse;   // [B, H, Tq]
+  float* delta;       // [B, H, Tq] (written by the delta kernels, read by the main kernel)
+  float* dq_accum;    // [B, H, Tq, D] FP32, zeroed before the main kernel
+  int* dq_semaphore;  // [B, H, ceil(Tq / BlockQ)] deterministic mode only, zeroed
+  std::uint16_t *dq, *dk, *dv;
+  TensorStrides q_strides, k_strides;
+  int batch, heads, q_len, k_len;
+  float scale, scale_log2;
+  int causal;
+  int deterministic;
+  int delta_source;  // DeltaSource
+};
+
+// Bottom-right aligned causal visibility: query i sees keys j <= i + (Tk - Tq).
+__host__ __device__ inline int last_key(int i, int q_len, int k_len, bool causal) {
+  if (!causal) return k_len - 1;
+  const int last = i + k_len - q_len;
+  return last < k_len - 1 ? last : k_len - 1;
+}
+
+// Forward tiles. Each warp owns 16 * kRowTiles query rows; keys are walked in sub-tiles of 64.
+// `paper` numerics carry three D-wide row vectors (BF16 O, the tile's FP32 P-bar*V, the FP32
+// shadow for `compensated`), so it uses one 16-row tile per warp to stay within registers.
+template <int kHeadDim_, bool kPaper_>
+struct ForwardTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kPaper = kPaper_;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRowTiles = kPaper ? 1 : 2;
+  static constexpr int kBlockQ = kWarps * 16 * kRowTiles;
+  static constexpr int kBlockK = 64;
+  // CTAs per SM the register budget is sized for (__launch_bounds__): paper's one row tile per warp
+  // fits three (<= 168 registers); fused keeps 2 row tiles of accumulators and fits two at D = 64.
+  static constexpr int kMinBlocks = kPaper ? (kHeadDim == 64 ? 3 : 2) : (kHeadDim == 64 ? 2 : 1);
+  static constexpr int kKeyTiles = kBlockK / 8;   // n-tiles of S per row tile
+  static constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O per row tile
+  static constexpr int kSmemQ = kBlockQ * kHeadDim * 2;
+  static constexpr int kSmemKV = kBlockK * kHeadDim * 2;
+  static constexpr int kSmemEvents = kBlockQ * 16;  // per-row diagnostics (ForwardRows::Events)
+  static constexpr int kSmemTop = kThreads * kRowTiles * 4 * 4;  // pre-pass top-2 (ForwardRows::top)
+  // Q, K x2, V x2 (double buffered), events, top-2
+  static constexpr int kSmemBytes = kSmemQ + 4 * kSmemKV + kSmemEvents + kSmemTop;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
+  static_assert(kBlockK % 16 == 0 && kBlockQ % 16 == 0, "mma tiles are 16 x 16");
+};
+
+// Backward tiles: a CTA owns kBlockK keys (16 per warp) and walks query blocks of kBlockQ.
+template <int kHeadDim_, bool kPaper_>
+struct BackwardTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kPaper = kPaper_;
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockK = kWarps * 16;
+  static constexpr int kBlockQ = 64;
+  static constexpr int kQueryTiles = kBlockQ / 8;  // n-tiles of S^T per warp
+  static constexpr int kDimTiles = kHeadDim / 8;
+  static constexpr int kSmemK = kBlockK * kHeadDim * 2;
+  static constexpr int kSmemQ = kBlockQ * kHeadDim * 2;
+  static constexpr int kSmemDS = kBlockK * kBlockQ * 2;
+  // K, V; Q x2, dO x2 (double buffered); dS^T; lse and delta x2
+  static constexpr int kSmemBytes = 2 * kSmemK + 4 * kSmemQ + kSmemDS + 4 * kBlockQ * 4;
+  // dQ = dS K: 4 row tiles of 16 queries x 2 halves of D, one per warp
+  static constexpr int kDqRowTiles = kBlockQ / 16;
+  static constexpr int kDqColSplit = kWarps / kDqRowTiles;
+  static constexpr int kDqDimTiles = kHeadDim / 8 / kDqColSplit;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
+  static_assert(kWarps % kDqRowTiles == 0 && kDqDimTiles % 2 == 0, "dQ work splits evenly over warps");
+  static_assert(kBlockQ == 64, "the dS^T tile uses the 8-chunk swizzle of 64-wide rows");
+};
+
+}  // namespace stableflash::attention::cuda

@@ -1,0 +1,34 @@
+// Kernel launchers, one explicit instantiation per (head dim, numerics) in the generated
+// instance files (instances_*.cu.in), so a build compiles only the head dims it asks for.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernel_params.cuh"
+#include "stableflash/attention/modes.hpp"
+
+namespace stableflash::attention::cuda {
+
+template <int D, bool kPaper>
+void launch_forward(const ForwardParams& p, ShiftPolicy policy, cudaStream_t stream);
+// delta (per p.delta_source) into p.delta
+template <int D, bool kPaper>
+void launch_delta(const BackwardParams& p, cudaStream_t stream);
+// main kernel and dQ conversion; p.delta, p.dq_accum (zeroed) and p.dq_semaphore (zeroed) ready
+template <int D, bool kPaper>
+void launch_backward_main(const BackwardParams& p, cudaStream_t stream);
+
+inline void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(err));
+}
+
+// Raises a kernel's dynamic shared-memory limit (past the 48 KB default) once per process.
+template <class Kernel>
+void allow_smem(Kernel kernel, int bytes) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), "cudaFuncSetAttribute");
+}
+
+}  // namespace stableflash::attention::cuda

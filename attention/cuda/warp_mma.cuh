@@ -1,0 +1,104 @@
+// Warp-level tensor-core and copy primitives shared by the attention kernels (sm_80+ instructions,
+// run here on sm_90a): mma.sync m16n8k16 BF16 -> FP32, ldmatrix, cp.async with zero fill, and the
+// XOR-swizzled shared-memory layout of [rows, D] BF16 tiles.
+//
+// Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4), which the kernels index by hand:
+//   A 16x16 (4 x b32):  a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
+//   B 16x8  (2 x b32):  b0 (k 2t..2t+1, n g)  b1 (k 2t+8.., n g)
+//   C 16x8  (4 x f32):  c0, c1 (g, 2t, 2t+1)  c2, c3 (g+8, 2t, 2t+1)
+// Two C tiles adjacent in n form exactly one A tile in k, so P = exp(S) feeds the next product
+// from registers without a trip through shared memory.
+#pragma once
+
+#include <cstdint>
+
+namespace stableflash::attention::cuda {
+
+__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// 16-byte global -> shared copy; `valid == false` writes zeros (rows past the sequence end), so
+// padded rows hold finite values and never need separate clearing.
+__device__ __forceinline__ void cp_async_16(std::uint32_t smem_addr, const void* gmem, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Two FP32 values -> one register of two BF16 (RNE), low half first (the mma operand order).
+__device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
+  std::uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ float bf16_lo(std::uint32_t x) { return __uint_as_float(x << 16); }
+__device__ __forceinline__ float bf16_hi(std::uint32_t x) { return __uint_as_float(x & 0xffff0000u); }
+
+// A [rows, D] BF16 tile in shared memory, rows of D/8 16-byte chunks. Chunk c of row r lives at
+// chunk c ^ (r % 8): the 8 rows an ldmatrix phase reads, and the 8 chunks a cp.async phase
+// writes, then fall in 8 distinct bank groups (no conflicts for D = 64 or 128).
+template <int D>
+struct SwizzledTile {
+  static_assert(D % 64 == 0, "rows must hold a multiple of 8 chunks for the 8-way swizzle");
+  static constexpr int kChunks = D / 8;
+  __device__ static __forceinline__ std::uint32_t offset(int row, int chunk) {
+    return static_cast<std::uint32_t>(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
+  }
+};
+
+// Copies rows [row0, row0 + ROWS) of a [len, D] BF16 head (row stride `stride` elements) into a
+// swizzled tile; rows >= len become zeros. All THREADS threads take part.
+template <int ROWS, int D, int THREADS>
+__device__ __forceinline__ void load_tile_async(std::uint32_t smem, const std::uint16_t* head, std::int64_t stride,
+                                                int row0, int len) {
+  constexpr int kChunks = D / 8, kTotal = ROWS * kChunks;
+  static_assert(kTotal % THREADS == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int it = 0; it < kTotal / THREADS; ++it) {
+    const int idx = it * THREADS + static_cast<int>(threadIdx.x);
+    const int r = idx / kChunks, c = idx % kChunks;
+    const bool valid = row0 + r < len;
+    const std::uint16_t* src = head + (valid ? (row0 + r) * stride + c * 8 : 0);
+    cp_async_16(smem + SwizzledTile<D>::offset(r, c), src, valid);
+  }
+}
+
+// Reductions over the four threads of a quad (the threads that share rows of a C fragment).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+__device__ __forceinline__ int quad_sum(int x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+}  // namespace stableflash::attention::cuda

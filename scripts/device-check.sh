@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# One command on the GPU machine: the GPU tests, compute-sanitizer memcheck and racecheck on
+# small shapes, and our attention benchmark side by side with the PyTorch peers
+# (shared/peers/torch_peers.py) on the four benchmark shapes, ending with a table of our/peer
+# ratios. Logs and JSON go to $OUT (default /tmp/stableflash-device).
+#
+#   here (no GPU):   scripts/device-check.sh pack     # copies the CUDA build's binaries to build-cuda/devbin
+#                                                     # and the peer scripts to .peers
+#   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-bench]
+#
+# The binaries come from a CUDA build (cmake -S . -B build-cuda -DSTABLEFLASH_CUDA=ON; ninja -C build-cuda),
+# so the GPU machine compiles nothing.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
+PEERS=${STABLEFLASH_PEERS:-.peers}
+
+if [ "${1:-}" = "pack" ]; then
+  mkdir -p "$BIN" "$PEERS"
+  cp build-cuda/stableflash build-cuda/tests/attention_gpu/attention_gpu_tests "$BIN"/
+  strip "$BIN"/stableflash "$BIN"/attention_gpu_tests 2>/dev/null || true
+  cudart=$(ldd build-cuda/stableflash | awk '/libcudart/ {print $3}')
+  [ -n "$cudart" ] && cp -L "$cudart" "$BIN"/
+  cp ../shared/peers/*.py "$PEERS"/
+  du -sh "$BIN" "$PEERS"
+  exit 0
+fi
+
+quick=0 tests=1 sanitizer=1 bench=1
+for a in "$@"; do
+  case "$a" in
+    --quick) quick=1 ;;
+    --skip-tests) tests=0 ;;
+    --skip-sanitizer) sanitizer=0 ;;
+    --skip-bench) bench=0 ;;
+    *) echo "unknown argument: $a" >&2; exit 2 ;;
+  esac
+done
+OUT=${OUT:-/tmp/stableflash-device}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+status=0
+step() { echo; echo "=== $* ($(date +%T))"; }
+
+step "device"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/device.txt"
+git log -1 --format='commit %H %cd' 2>/dev/null | tee -a "$OUT/device.txt"
+
+if [ $tests = 1 ]; then
+  step "GPU tests"
+  filter='*'
+  [ $quick = 1 ] && filter='-*4097*'
+  timeout 420 "$BIN"/attention_gpu_tests --gtest_filter="$filter" --gtest_brief=1 >"$OUT/tests.log" 2>&1
+  rc=$?
+  grep -E "^\[  (PASSED|FAILED)|FAILED|tests ran" "$OUT/tests.log" | tail -40
+  [ $rc = 0 ] || { echo "GPU tests: exit $rc"; status=1; }
+fi
+
+if [ $sanitizer = 1 ]; then
+  small='*Tq17Tk17*:*Tq97Tk300*:*FullyMasked*:*Tq1Tk1*:*EventCounters*'
+  for tool in memcheck racecheck; do
+    step "compute-sanitizer $tool (small shapes)"
+    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN"/attention_gpu_tests --gtest_filter="$small" \
+      --gtest_brief=1 >"$OUT/sanitizer-$tool.log" 2>&1
+    rc=$?
+    tail -4 "$OUT/sanitizer-$tool.log"
+    [ $rc = 0 ] || { echo "compute-sanitizer $tool: exit $rc"; status=1; }
+  done
+fi
+
+if [ $bench = 1 ]; then
+  step "benchmark: ours"
+  shapes="16x12x1024x64:causal,16x12x1024x64:full,8x16x4096x128:causal,2x16x16384x128:causal"
+  : >"$OUT/ours.jsonl"
+  "$BIN"/stableflash bench attention --shapes "$shapes" --numerics fused --policy standard,hashed_offset \
+    --delta-source rounded,compensated --json "$OUT/ours-fused.jsonl" | tee "$OUT/ours-fused.txt" || status=1
+  "$BIN"/stableflash bench attention --shapes "16x12x1024x64:causal" --numerics paper --policy standard,paper,hashed_offset \
+    --delta-source rounded --json "$OUT/ours-paper.jsonl" | tee "$OUT/ours-paper.txt" || status=1
+  "$BIN"/stableflash bench attention --shapes "16x12x1024x64:causal,8x16x4096x128:causal" --numerics fused --policy standard \
+    --delta-source exact --json "$OUT/ours-exact.jsonl" | tee "$OUT/ours-exact.txt" || status=1
+  cat "$OUT"/ours-*.jsonl >"$OUT/ours.jsonl"
+
+  step "benchmark: peers (PyTorch SDPA flash = FlashAttention-2, cuDNN)"
+  : >"$OUT/peers.jsonl"
+  for spec in "16 12 1024 64 --causal" "16 12 1024 64" "8 16 4096 128 --causal" "2 16 16384 128 --causal"; do
+    set -- $spec
+    PYTHONUNBUFFERED=1 python3 "$PEERS"/torch_peers.py attention --B "$1" --H "$2" --T "$3" --D "$4" ${5:-} \
+      --backends flash,cudnn 2>>"$OUT/peers.err" | tail -1 >>"$OUT/peers.jsonl" || status=1
+  done
+
+  step "ratios (ours / peer, same run)"
+  python3 - "$OUT/ours.jsonl" "$OUT/peers.jsonl" <<'EOF' | tee "$OUT/table.md"
+import json, sys
+ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+peers = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+def peer(o, name):
+    for p in peers:
+        if (p["B"], p["H"], p["T"], p["D"], p["causal"]) == (o["B"], o["H"], o["T"], o["D"], o["causal"]):
+            return p.get(name, {})
+    return {}
+print("| shape (B,H,T,D) | mask | numerics | policy | delta | ours fwd | ours bwd | FA2 fwd | FA2 bwd | fwd/FA2 | bwd/FA2 | cuDNN fwd | cuDNN bwd | fwd/cuDNN | bwd/cuDNN | check |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for o in ours:
+    f, c = peer(o, "flash"), peer(o, "cudnn")
+    def r(a, p, k):
+        return f"{a / p[k]:.2f}" if k in p and p[k] else "-"
+    def v(p, k):
+        return f"{p[k]:.0f}" if k in p else "-"
+    print(f"| {o['B']},{o['H']},{o['T']},{o['D']} | {'causal' if o['causal'] else 'full'} | {o['numerics']} | {o['policy']} | "
+          f"{o['delta_source']} | {o['fwd_tflops']:.0f} | {o['bwd_tflops']:.0f} | {v(f, 'fwd_tflops')} | {v(f, 'bwd_tflops')} | "
+          f"{r(o['fwd_tflops'], f, 'fwd_tflops')} | {r(o['bwd_tflops'], f, 'bwd_tflops')} | {v(c, 'fwd_tflops')} | "
+          f"{v(c, 'bwd_tflops')} | {r(o['fwd_tflops'], c, 'fwd_tflops')} | {r(o['bwd_tflops'], c, 'bwd_tflops')} | {o['check']} |")
+EOF
+fi
+
+step "done (status $status); logs in $OUT"
+exit $status

@@ -1,0 +1,129 @@
+// The `fused` backward on the GPU against numerics.md's bound (3 x the naive BF16 gradients' error
+// + one BF16 ulp at max|reference|), bitwise determinism of the deterministic mode, and the three
+// delta sources against the CPU's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "gpu_support.hpp"
+
+namespace stableflash::attention::gpu_test {
+namespace {
+
+struct BwdCase {
+  int batch, heads, q_len, k_len, dim;
+  bool causal;
+  Layout layout;
+  DeltaSource delta_source;
+  bool deterministic;
+  double logit_scale;
+};
+
+std::string name_of(const ::testing::TestParamInfo<BwdCase>& info) {
+  const BwdCase& c = info.param;
+  return "B" + std::to_string(c.batch) + "H" + std::to_string(c.heads) + "Tq" + std::to_string(c.q_len) + "Tk" +
+         std::to_string(c.k_len) + "D" + std::to_string(c.dim) + (c.causal ? "causal" : "full") + "_" +
+         std::string(to_string(c.layout)) + "_" + std::string(to_string(c.delta_source)) + (c.deterministic ? "_det" : "") +
+         "_x" + std::to_string(int(c.logit_scale));
+}
+
+class FusedBackward : public ::testing::TestWithParam<BwdCase> {};
+
+TEST_P(FusedBackward, WithinThreeTimesNaiveBf16Error) {
+  SF_REQUIRE_GPU();
+  const BwdCase& c = GetParam();
+  const AttentionShape s{c.batch, c.heads, c.q_len, c.k_len, c.dim};
+  const Inputs in = random_inputs(s, c.layout, 2000 + c.q_len * 3 + c.k_len, c.logit_scale);
+  AttentionOptions opt;
+  opt.causal = c.causal, opt.delta_source = c.delta_source, opt.deterministic = c.deterministic;
+  const Outputs g = run_gpu(in, opt, /*backward=*/true);
+  const Bounds b = fused_bounds(in, opt, /*backward=*/true);
+  std::int64_t nonfinite = 0;
+  EXPECT_LE(max_err(g.o, b.ref_o, &nonfinite), b.o) << "o";
+  EXPECT_LE(max_err(g.dq, b.ref_dq, &nonfinite), b.dq) << "dq";
+  EXPECT_LE(max_err(g.dk, b.ref_dk, &nonfinite), b.dk) << "dk";
+  EXPECT_LE(max_err(g.dv, b.ref_dv, &nonfinite), b.dv) << "dv";
+  EXPECT_EQ(nonfinite, 0);
+}
+
+std::vector<BwdCase> backward_cases() {
+  std::vector<BwdCase> out;
+  const auto bhtd = Layout::bhtd, bthd = Layout::bthd;
+  const auto rounded = DeltaSource::rounded;
+  for (int t : {1, 17, 97, 1000, 1025})
+    for (bool causal : {false, true}) out.push_back({1, 2, t, t, 64, causal, bhtd, rounded, false, 1.0});
+  for (int t : {97, 1025}) out.push_back({2, 1, t, t, 128, true, bthd, rounded, false, 1.0});
+  out.push_back({1, 1, 4097, 4097, 128, true, bhtd, rounded, false, 1.0});
+  out.push_back({2, 3, 97, 300, 64, true, bthd, DeltaSource::compensated, false, 1.0});
+  out.push_back({2, 3, 300, 97, 128, true, bhtd, DeltaSource::exact, false, 1.0});
+  out.push_back({1, 2, 200, 333, 64, false, bhtd, DeltaSource::exact, true, 1.0});
+  out.push_back({1, 2, 513, 513, 128, false, bthd, DeltaSource::compensated, true, 1.0});
+  out.push_back({1, 2, 300, 300, 64, true, bhtd, rounded, false, 5.0});
+  out.push_back({1, 2, 300, 300, 128, true, bhtd, DeltaSource::compensated, false, 3000.0});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FusedBackward, ::testing::ValuesIn(backward_cases()), name_of);
+
+TEST(BackwardGpu, DeterministicModeIsBitwiseReproducibleOver50Runs) {
+  SF_REQUIRE_GPU();
+  const AttentionShape s{2, 4, 1000, 1000, 64};
+  const Inputs in = random_inputs(s, Layout::bhtd, 77);
+  for (Numerics n : {Numerics::fused, Numerics::paper}) {
+    AttentionOptions opt;
+    opt.numerics = n, opt.causal = true, opt.deterministic = true;
+    const Outputs first = run_gpu(in, opt, true);
+    int differing_runs = 0;
+    for (int run = 1; run < 50; ++run) {
+      const Outputs again = run_gpu(in, opt, true);
+      bool same = true;
+      for (std::size_t i = 0; i < first.dq.size(); ++i) same &= first.dq[i].bits == again.dq[i].bits;
+      for (std::size_t i = 0; i < first.dk.size(); ++i)
+        same &= first.dk[i].bits == again.dk[i].bits && first.dv[i].bits == again.dv[i].bits;
+      differing_runs += !same;
+    }
+    EXPECT_EQ(differing_runs, 0) << to_string(n) << ": runs whose gradients differ from the first";
+  }
+}
+
+// The GPU's delta for each source equals the CPU's on the same O (and residual): the CPU sums
+// exactly and rounds once, the GPU sums in FP32, so they agree to 2^-16 of sum|dO * O| (far below
+// the compensation's own effect, which is at O's BF16 rounding, 2^-9).
+TEST(BackwardGpu, DeltaSourcesMatchTheCpu) {
+  SF_REQUIRE_GPU();
+  const AttentionShape s{1, 3, 257, 257, 128};
+  const Inputs in = random_inputs(s, Layout::bthd, 99);
+  for (Numerics n : {Numerics::fused, Numerics::paper})
+    for (DeltaSource src : {DeltaSource::rounded, DeltaSource::compensated, DeltaSource::exact}) {
+      AttentionOptions opt;
+      opt.numerics = n, opt.delta_source = src, opt.causal = true;
+      const Outputs g = run_gpu(in, opt, true);
+      // the CPU's delta on the GPU's forward outputs
+      std::vector<float> cpu_delta(g.delta.size());
+      BackwardArgs ba;
+      ba.shape = s, ba.layout = in.layout, ba.q = in.q.data(), ba.k = in.k.data(), ba.v = in.v.data();
+      ba.o = g.o.data(), ba.lse = g.lse.data(), ba.o_residual = g.residual.empty() ? nullptr : g.residual.data();
+      ba.d_o = in.d_o.data();
+      AttentionOptions cpu = opt;
+      cpu.device = Device::cpu;
+      attention_delta(ba, cpu, cpu_delta.data());
+      const HeadStrides st = HeadStrides::of(in.layout, s.heads, s.q_len, s.head_dim);
+      for (int h = 0; h < s.heads; ++h)
+        for (int i = 0; i < s.q_len; ++i) {
+          double mag = 0.0;
+          for (int d = 0; d < s.head_dim; ++d)
+            mag += std::fabs(double(in.d_o[st.at(0, h, i) + d].to_float()) * g.o[st.at(0, h, i) + d].to_float());
+          const std::size_t row = std::size_t(h) * s.q_len + i;
+          // paper rounds the rounded-source delta to BF16: a different FP32 sum may round the other way
+          const double tol = (n == Numerics::paper && src == DeltaSource::rounded)
+                                 ? std::ldexp(std::fabs(double(cpu_delta[row])), -8) + std::ldexp(mag, -16)
+                                 : std::ldexp(mag, -16) + (src == DeltaSource::exact ? std::ldexp(std::fabs(double(cpu_delta[row])), -12) : 0.0);
+          ASSERT_LE(std::fabs(double(g.delta[row]) - cpu_delta[row]), tol)
+              << to_string(n) << " " << to_string(src) << " row " << row;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace stableflash::attention::gpu_test

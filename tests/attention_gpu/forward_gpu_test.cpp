@@ -1,0 +1,168 @@
+// The `fused` forward on the GPU against numerics.md's bound: max|O_gpu - O_ref| <= 2 x the naive
+// BF16 implementation's error + one BF16 ulp at max|O_ref|, over odd shapes, both layouts,
+// Tq != Tk, every shift policy, large logits; fully masked rows give o = 0 and lse = +inf.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "gpu_support.hpp"
+#include "stableflash/numerics/exact_ops.hpp"
+
+namespace stableflash::attention::gpu_test {
+namespace {
+
+struct FwdCase {
+  int batch, heads, q_len, k_len, dim;
+  bool causal;
+  Layout layout;
+  ShiftPolicy policy;
+  double logit_scale;
+};
+
+std::string name_of(const ::testing::TestParamInfo<FwdCase>& info) {
+  const FwdCase& c = info.param;
+  std::string s = "B" + std::to_string(c.batch) + "H" + std::to_string(c.heads) + "Tq" + std::to_string(c.q_len) + "Tk" +
+                  std::to_string(c.k_len) + "D" + std::to_string(c.dim) + (c.causal ? "causal" : "full") + "_" +
+                  std::string(to_string(c.layout)) + "_" + std::string(to_string(c.policy)) + "_x" +
+                  std::to_string(int(c.logit_scale));
+  return s;
+}
+
+class FusedForward : public ::testing::TestWithParam<FwdCase> {};
+
+TEST_P(FusedForward, WithinTwiceNaiveBf16Error) {
+  SF_REQUIRE_GPU();
+  const FwdCase& c = GetParam();
+  const AttentionShape s{c.batch, c.heads, c.q_len, c.k_len, c.dim};
+  const Inputs in = random_inputs(s, c.layout, 1000 + c.q_len * 7 + c.k_len, c.logit_scale);
+  AttentionOptions opt;
+  opt.numerics = Numerics::fused, opt.policy = c.policy, opt.causal = c.causal;
+  const Outputs g = run_gpu(in, opt, /*backward=*/false);
+  const Bounds b = fused_bounds(in, opt, /*backward=*/false);
+  std::int64_t nonfinite = 0;
+  const double err = max_err(g.o, b.ref_o, &nonfinite);
+  EXPECT_EQ(nonfinite, 0);
+  EXPECT_LE(err, b.o) << "max|O_gpu - O_ref| vs the bound 2 err_naive + ulp";
+  // lse: FP32 log of an FP32 sum; the GPU's exp2 and the FP32 shift m contribute ~2^-21 relative
+  // to the logits involved, so allow 2^-18 of max(1, |lse|).
+  for (std::size_t r = 0; r < g.lse.size(); ++r) {
+    const double ref = b.ref_lse[r];
+    if (std::isinf(ref)) {
+      ASSERT_TRUE(std::isinf(g.lse[r]) && g.lse[r] > 0) << "row " << r << ": fully masked rows store lse = +inf";
+      continue;
+    }
+    ASSERT_LE(std::fabs(g.lse[r] - ref), std::ldexp(std::max(1.0, std::fabs(ref)), -18)) << "lse of row " << r;
+  }
+}
+
+std::vector<FwdCase> fused_cases() {
+  std::vector<FwdCase> out;
+  const auto bhtd = Layout::bhtd, bthd = Layout::bthd;
+  const auto standard = ShiftPolicy::standard;
+  // odd lengths, causal and not, both head dims
+  for (int t : {1, 17, 97, 1000, 1025})
+    for (bool causal : {false, true}) out.push_back({1, 2, t, t, 64, causal, bhtd, standard, 1.0});
+  for (int t : {17, 1025}) out.push_back({2, 1, t, t, 128, true, bhtd, standard, 1.0});
+  out.push_back({1, 1, 4097, 4097, 128, true, bhtd, standard, 1.0});
+  out.push_back({1, 1, 4097, 4097, 64, false, bhtd, standard, 1.0});
+  // Tq != Tk (bottom-right causal; Tq > Tk leaves fully masked rows), [B, T, H, D]
+  out.push_back({2, 3, 97, 300, 64, true, bthd, standard, 1.0});
+  out.push_back({2, 3, 300, 97, 128, true, bthd, standard, 1.0});
+  out.push_back({1, 2, 300, 97, 64, false, bhtd, standard, 1.0});
+  out.push_back({3, 2, 200, 333, 128, false, bthd, standard, 1.0});
+  // every policy, both head dims
+  for (ShiftPolicy p : {ShiftPolicy::paper, ShiftPolicy::hashed_offset, ShiftPolicy::fixed_offset})
+    for (int d : {64, 128}) out.push_back({2, 2, 257, 257, d, true, bhtd, p, 1.0});
+  // large logits: x5 and |S| ~ 1e4
+  for (ShiftPolicy p : {standard, ShiftPolicy::hashed_offset})
+    for (double scale : {5.0, 3000.0}) out.push_back({1, 2, 300, 300, 64, true, bhtd, p, scale});
+  out.push_back({1, 2, 300, 300, 128, false, bthd, ShiftPolicy::paper, 5.0});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FusedForward, ::testing::ValuesIn(fused_cases()), name_of);
+
+TEST(FusedForwardGpu, FullyMaskedRowsAreZeroWithInfiniteLse) {
+  SF_REQUIRE_GPU();
+  // causal with Tq = 200 > Tk = 70: query i sees keys j <= i - 130, so rows 0..129 see none
+  const AttentionShape s{1, 2, 200, 70, 64};
+  const Inputs in = random_inputs(s, Layout::bhtd, 5);
+  for (Numerics n : {Numerics::fused, Numerics::paper}) {
+    AttentionOptions opt;
+    opt.numerics = n, opt.causal = true, opt.delta_source = DeltaSource::compensated;
+    const Outputs g = run_gpu(in, opt, /*backward=*/true, /*count_ties=*/true);
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 130; ++i) {
+        const std::size_t row = std::size_t(h) * 200 + i;
+        EXPECT_EQ(g.lse[row], std::numeric_limits<float>::infinity()) << "row " << row;
+        for (int d = 0; d < 64; ++d) {
+          EXPECT_EQ(g.o[row * 64 + d].bits, 0) << "o of masked row " << row;
+          EXPECT_EQ(g.residual[row * 64 + d].bits, 0) << "residual of masked row " << row;
+          EXPECT_EQ(g.dq[row * 64 + d].bits & 0x7fff, 0) << "dq of masked row " << row;
+        }
+        EXPECT_EQ(g.delta[row], 0.0f);
+      }
+    EXPECT_EQ(g.ties.masked_rows, 2 * 130);
+  }
+}
+
+TEST(FusedForwardGpu, RoundBitsRoundTheOutput) {
+  SF_REQUIRE_GPU();
+  const AttentionShape s{1, 2, 150, 150, 64};
+  const Inputs in = random_inputs(s, Layout::bhtd, 6);
+  for (int bits : {2, 3, 6}) {
+    AttentionOptions opt;
+    opt.round_bits = bits, opt.delta_source = DeltaSource::compensated;
+    const Outputs g = run_gpu(in, opt, /*backward=*/false);
+    for (const bf16& x : g.o) ASSERT_EQ(round_to_bits_rne(x.to_float(), bits), x.to_float()) << "bits " << bits;
+    // O + r recovers the unrounded output: |r| <= half an ulp at `bits`
+    for (std::size_t i = 0; i < g.o.size(); ++i) {
+      const float o = g.o[i].to_float(), r = g.residual[i].to_float();
+      if (o == 0.0f) continue;
+      ASSERT_LE(std::fabs(r), std::ldexp(std::fabs(o), -bits) * 1.0001) << "element " << i;
+    }
+  }
+}
+
+// Rows whose two largest scores are exactly equal (keys 0 and 1 identical and aligned with every
+// query) count as repeated maxima and, with the standard shift, as tie events; the GPU counts as
+// the CPU does.
+TEST(FusedForwardGpu, EventCountersMatchTheCpu) {
+  SF_REQUIRE_GPU();
+  const AttentionShape s{1, 2, 128, 256, 64};
+  Inputs in = exact_dot_inputs(s, Layout::bhtd, 8);
+  for (int h = 0; h < 2; ++h) {
+    for (int d = 0; d < 64; ++d) {
+      const bf16 x = bf16::from_float(d == 0 ? 1.0f : 0.0f);
+      in.k[(std::size_t(h) * 256 + 0) * 64 + d] = x;
+      in.k[(std::size_t(h) * 256 + 1) * 64 + d] = x;
+    }
+    for (int i = 0; i < 128; ++i) in.q[(std::size_t(h) * 128 + i) * 64] = bf16::from_float(i % 3 == 0 ? 1.0f : 8.0f);
+  }
+  for (Numerics n : {Numerics::fused, Numerics::paper})
+    for (ShiftPolicy p : {ShiftPolicy::standard, ShiftPolicy::paper, ShiftPolicy::hashed_offset}) {
+      AttentionOptions opt;
+      opt.numerics = n, opt.policy = p, opt.tile_k = 128;
+      const Outputs g = run_gpu(in, opt, false, true), c = run_cpu(in, opt, false);
+      EXPECT_EQ(g.ties.rows, c.ties.rows);
+      EXPECT_EQ(g.ties.repeated_max_rows, c.ties.repeated_max_rows) << to_string(n) << " " << to_string(p);
+      EXPECT_EQ(g.ties.tie_event_rows, c.ties.tie_event_rows) << to_string(n) << " " << to_string(p);
+      EXPECT_EQ(g.ties.fallback_rows, c.ties.fallback_rows) << to_string(n) << " " << to_string(p);
+      EXPECT_GT(c.ties.repeated_max_rows, 0) << "the input must contain repeated maxima";
+    }
+}
+
+TEST(FusedForwardGpu, RejectsWhatItCannotRun) {
+  SF_REQUIRE_GPU();
+  const AttentionShape s{1, 1, 64, 64, 96};
+  AttentionOptions opt;
+  opt.device = Device::cuda;
+  EXPECT_THROW(cuda::check_supported(s, opt), std::invalid_argument) << "head_dim 96 has no kernel";
+  opt.tile_k = 100;
+  EXPECT_THROW(cuda::check_supported({1, 1, 64, 64, 64}, opt), std::invalid_argument) << "tile must be a multiple of 64";
+}
+
+}  // namespace
+}  // namespace stableflash::attention::gpu_test

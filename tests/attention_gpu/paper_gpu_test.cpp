@@ -1,0 +1,116 @@
+// `paper` numerics on the GPU against the CPU paper oracle (numerics.md): with inputs whose FP32
+// dot products are exact, S is bitwise the CPU's (both run paper::score on the same FP32 value),
+// so every difference downstream comes from the exp/log implementations (GPU expf/logf vs the C
+// library's, <= 2 FP32 ulp) and the FP32 summation order. A last-bit difference flips a later
+// BF16 rounding only near its midpoint, so differences are rare and small: each BF16 output may
+// differ by at most 2 BF16 ulps of the tensor's max|value| (a flipped l or O-bar moves a row by
+// one ulp; two can stack), lse by 2^-20 of max(1, max|lse|) (FP32 log accuracy), and the
+// compensated O + r (an FP32 value) like O. The counts of differing elements are printed; a
+// rounding point in the wrong place would change most elements, so more than 20% differing
+// fails as well (gradients sum ~T terms whose BF16(P) may flip: a few % differ, measured).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "gpu_support.hpp"
+
+namespace stableflash::attention::gpu_test {
+namespace {
+
+struct PaperCase {
+  int q_len, k_len, dim, tile;
+  bool causal;
+  ShiftPolicy policy;
+  int round_bits;
+  DeltaSource delta_source;
+  bool exact_inputs;
+};
+
+std::string name_of(const ::testing::TestParamInfo<PaperCase>& info) {
+  const PaperCase& c = info.param;
+  return "Tq" + std::to_string(c.q_len) + "Tk" + std::to_string(c.k_len) + "D" + std::to_string(c.dim) + "tile" +
+         std::to_string(c.tile) + (c.causal ? "causal" : "full") + "_" + std::string(to_string(c.policy)) + "_bits" +
+         std::to_string(c.round_bits) + "_" + std::string(to_string(c.delta_source)) + (c.exact_inputs ? "_exact" : "_random");
+}
+
+void expect_close(const char* what, const Agreement& a, double max_ulps = 2.0, double max_fraction = 0.2) {
+  std::printf("    %-8s %s\n", what, a.str().c_str());
+  EXPECT_EQ(a.nonfinite, 0) << what << ": " << a.str();
+  EXPECT_LE(double(a.differing), max_fraction * double(a.elements)) << what << ": " << a.str();
+  EXPECT_LE(a.max_ulps, max_ulps) << what << ": " << a.str();
+}
+
+// O + r as FP32: the compensated output the delta reads.
+std::vector<float> compensated(const Outputs& x) {
+  std::vector<float> out(x.o.size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = x.o[i].to_float() + x.residual[i].to_float();
+  return out;
+}
+
+// lse: FP32 values, compared at FP32 accuracy.
+void expect_lse_close(const std::vector<float>& g, const std::vector<float>& c) {
+  double scale = 1.0, worst = 0.0;
+  std::int64_t differing = 0;
+  for (float x : c)
+    if (std::isfinite(x)) scale = std::max(scale, double(std::fabs(x)));
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (g[i] == c[i]) continue;
+    ++differing;
+    worst = std::max(worst, std::isfinite(g[i]) && std::isfinite(c[i]) ? std::fabs(double(g[i]) - c[i]) : HUGE_VAL);
+  }
+  std::printf("    lse      %lld of %zu differ, max %.3g (bound %.3g)\n", static_cast<long long>(differing), g.size(), worst,
+              std::ldexp(scale, -20));
+  EXPECT_LE(worst, std::ldexp(scale, -20)) << "lse";
+}
+
+class PaperMode : public ::testing::TestWithParam<PaperCase> {};
+
+TEST_P(PaperMode, MatchesTheCpuOracleUpToExpAccuracy) {
+  SF_REQUIRE_GPU();
+  const PaperCase& c = GetParam();
+  const AttentionShape s{2, 2, c.q_len, c.k_len, c.dim};
+  const Inputs in = c.exact_inputs ? exact_dot_inputs(s, Layout::bhtd, 40 + c.q_len) : random_inputs(s, Layout::bhtd, 40 + c.q_len);
+  AttentionOptions opt;
+  opt.numerics = Numerics::paper, opt.policy = c.policy, opt.causal = c.causal, opt.tile_k = c.tile;
+  opt.round_bits = c.round_bits, opt.delta_source = c.delta_source;
+  const Outputs g = run_gpu(in, opt, /*backward=*/true, /*count_ties=*/true), cpu = run_cpu(in, opt, /*backward=*/true);
+  expect_close("o", agreement(g.o, cpu.o));
+  expect_lse_close(g.lse, cpu.lse);
+  if (c.delta_source == DeltaSource::compensated) expect_close("o+r", agreement(compensated(g), compensated(cpu)), 2.0, 1.0);
+  expect_close("delta", agreement(g.delta, cpu.delta), 2.0, 1.0);
+  expect_close("dq", agreement(g.dq, cpu.dq));
+  expect_close("dk", agreement(g.dk, cpu.dk));
+  expect_close("dv", agreement(g.dv, cpu.dv));
+  if (c.exact_inputs) {
+    EXPECT_EQ(g.ties.repeated_max_rows, cpu.ties.repeated_max_rows);
+    EXPECT_EQ(g.ties.fallback_rows, cpu.ties.fallback_rows);
+  }
+}
+
+std::vector<PaperCase> paper_cases() {
+  std::vector<PaperCase> out;
+  const auto rounded = DeltaSource::rounded, compensated = DeltaSource::compensated;
+  for (ShiftPolicy p : {ShiftPolicy::standard, ShiftPolicy::paper, ShiftPolicy::hashed_offset, ShiftPolicy::fixed_offset})
+    out.push_back({300, 300, 64, 512, true, p, 7, rounded, true});
+  for (int tile : {64, 256}) out.push_back({1025, 1025, 64, tile, true, ShiftPolicy::standard, 7, compensated, true});
+  out.push_back({1000, 1000, 128, 512, false, ShiftPolicy::paper, 7, compensated, true});
+  out.push_back({97, 333, 128, 128, true, ShiftPolicy::hashed_offset, 7, rounded, true});
+  out.push_back({333, 97, 64, 64, true, ShiftPolicy::standard, 7, rounded, true});
+  out.push_back({513, 513, 64, 512, false, ShiftPolicy::standard, 3, compensated, true});
+  out.push_back({513, 513, 64, 64, true, ShiftPolicy::paper, 3, rounded, true});
+  out.push_back({1, 1, 64, 512, false, ShiftPolicy::standard, 7, rounded, true});
+  out.push_back({17, 17, 128, 512, true, ShiftPolicy::standard, 7, rounded, true});
+  // general inputs: S itself may differ at rare FP32 rounding midpoints; same thresholds
+  out.push_back({1025, 1025, 64, 512, true, ShiftPolicy::standard, 7, rounded, false});
+  out.push_back({1000, 1000, 128, 256, false, ShiftPolicy::hashed_offset, 7, compensated, false});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, PaperMode, ::testing::ValuesIn(paper_cases()), name_of);
+
+}  // namespace
+}  // namespace stableflash::attention::gpu_test
