@@ -8,9 +8,9 @@
 namespace stableflash::data {
 namespace {
 
-// GPT-2's pattern (tiktoken's gpt2 pat_str), with one change of spelling: Rust's regex `\s` is
-// the Unicode White_Space property, while PCRE2's `\s` under UCP also lacks U+0085 in some
-// versions; spelling it as the property keeps both engines on the same definition.
+// GPT-2's pattern (tiktoken's gpt2 pat_str), with one change of spelling: tiktoken's regex
+// engine defines `\s` as the Unicode White_Space property; PCRE2's `\s` under UCP has its own
+// definition (Perl space), so the property is named instead of trusting two meanings of `\s`.
 constexpr const char* kPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\p{White_Space}\p{L}\p{N}]+|\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+)";
 
