@@ -14,7 +14,7 @@ class PieceCache {
   static constexpr std::size_t kMaxPiece = 64;       // longer pieces are rare and not worth keeping
   static constexpr std::size_t kMaxEntries = 1 << 19; // then start over: bounded memory
 
-  PieceCache() { slots_.resize(2 * kMaxEntries); }
+  PieceCache() { slots_.resize(4096); }  // grows with use: short-lived encoders stay cheap
 
   // Appends the cached tokens and returns true, or returns false.
   bool find(std::string_view piece, std::uint64_t h, std::vector<std::uint32_t>& out) const {
@@ -32,10 +32,8 @@ class PieceCache {
   void insert(std::string_view piece, std::uint64_t h, const std::uint32_t* toks, std::size_t n) {
     if (piece.size() > kMaxPiece || piece.empty()) return;
     if (used_ >= kMaxEntries) clear();
-    const std::size_t mask = slots_.size() - 1;
-    std::size_t i = h & mask;
-    while (slots_[i].key_len != 0) i = (i + 1) & mask;
-    slots_[i] = {h, std::uint32_t(keys_.size()), std::uint32_t(toks_.size()), std::uint16_t(piece.size()), std::uint16_t(n)};
+    if (2 * (used_ + 1) > slots_.size()) grow();  // load factor <= 1/2 keeps probes short
+    place({h, std::uint32_t(keys_.size()), std::uint32_t(toks_.size()), std::uint16_t(piece.size()), std::uint16_t(n)});
     keys_.append(piece);
     toks_.insert(toks_.end(), toks, toks + n);
     ++used_;
@@ -47,6 +45,18 @@ class PieceCache {
     std::uint32_t key_off = 0, tok_off = 0;
     std::uint16_t key_len = 0, tok_len = 0;  // key_len 0: empty slot (pieces are never empty)
   };
+  void place(const Slot& s) {
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t i = s.hash & mask;
+    while (slots_[i].key_len != 0) i = (i + 1) & mask;
+    slots_[i] = s;
+  }
+  void grow() {
+    std::vector<Slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    for (const Slot& s : old)
+      if (s.key_len != 0) place(s);
+  }
   void clear() {
     std::fill(slots_.begin(), slots_.end(), Slot{});
     keys_.clear(), toks_.clear(), used_ = 0;

@@ -56,7 +56,7 @@ Corpus make_corpus(const ScratchDir& dir) {
   write_zst(dir.file("more2.jsonl.zst"), jsonl({lines[2], lines[3], lines[4]}));
   // A document long enough to be cut into chunks and encoded in parallel.
   std::string big;
-  while (big.size() < (5u << 20)) big += doc(40) + ".\nNext line " + std::to_string(big.size()) + "\n";
+  while (big.size() < (5u << 19)) big += doc(40) + ".\nNext line " + std::to_string(big.size()) + "\n";
   write_text(dir.file("big.txt"), big);
   c.inputs = {dir.file("in"), dir.file("more.jsonl"), dir.file("more2.jsonl.zst"), dir.file("big.txt")};
   c.docs = {d[0], d[1], d[2], lines[0], lines[1], lines[2], lines[3], lines[4], big};  // folder in path order
@@ -76,7 +76,7 @@ TEST(Prepare, ShardsHoldEachDocumentOfItsSplitInOrder) {
   ScratchDir dir;
   const Corpus c = make_corpus(dir);
   PrepareOptions o;
-  o.inputs = c.inputs, o.out_dir = dir.file("out"), o.val_fraction = 0.3, o.shard_tokens = 1000, o.threads = 2, o.seed = 4;
+  o.inputs = c.inputs, o.out_dir = dir.file("out"), o.val_fraction = 0.3, o.shard_tokens = 100000, o.threads = 2, o.seed = 4;
   const auto sum = data::prepare_shards(gpt2(), o);
 
   std::vector<std::uint32_t> expect_train, expect_val;
@@ -101,8 +101,8 @@ TEST(Prepare, ShardsHoldEachDocumentOfItsSplitInOrder) {
 
   // Every shard but the last of a split is full, and the trainer's loader takes them.
   const auto shards = data::list_shards(o.out_dir, "train");
-  ASSERT_EQ(shards.size(), (train.size() + 999) / 1000);
-  for (std::size_t i = 0; i + 1 < shards.size(); ++i) EXPECT_EQ(data::Shard::open(shards[i]).tokens().size(), 1000u);
+  ASSERT_EQ(shards.size(), (train.size() + 99999) / 100000);
+  for (std::size_t i = 0; i + 1 < shards.size(); ++i) EXPECT_EQ(data::Shard::open(shards[i]).tokens().size(), 100000u);
   EXPECT_EQ(fs::path(shards[0]).filename(), "train_000000.bin");
   data::ShardSet set(shards);
   SplitMix64 rng(1);
@@ -116,7 +116,7 @@ TEST(Prepare, SameBytesForAnyThreadCountAndRefusesToMixRuns) {
   const Corpus c = make_corpus(dir);
   auto run = [&](const std::string& out, int threads) {
     PrepareOptions o;
-    o.inputs = c.inputs, o.out_dir = dir.file(out), o.shard_tokens = 5000, o.threads = threads, o.val_fraction = 0.3;
+    o.inputs = c.inputs, o.out_dir = dir.file(out), o.shard_tokens = 200000, o.threads = threads, o.val_fraction = 0.3;
     data::prepare_shards(gpt2(), o);
     std::vector<std::vector<unsigned char>> files;
     for (const auto& split : {"train", "val"})
