@@ -166,31 +166,46 @@ bool DocumentReader::open_next() {
   return true;
 }
 
-bool DocumentReader::next(std::string& doc) {
+bool DocumentReader::next_raw(RawDocument& doc) {
   for (;;) {
     if (!src_ && !open_next()) return false;
+    doc.file = next_file_ - 1;
     if (src_->file.kind == InputFile::Kind::Text) {
-      src_->read_all(doc);
+      src_->read_all(doc.bytes);
+      doc.json = false, doc.line = 0;
       open_next();  // a text file is one document
       return true;
     }
-    std::string line;
-    while (src_->read_line(line)) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines separate nothing
-      const std::string where = src_->file.path + ":" + std::to_string(src_->line);
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::parse_error& e) {
-        throw std::runtime_error(where + ": not a JSON line: " + e.what());
-      }
-      if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
-        throw std::runtime_error(where + ": expected a JSON object with a string field \"text\"");
-      doc = j["text"].get<std::string>();
+    while (src_->read_line(doc.bytes)) {
+      if (doc.bytes.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines separate nothing
+      doc.json = true, doc.line = src_->line;
       return true;
     }
     open_next();
   }
+}
+
+void DocumentReader::decode_json_line(RawDocument& doc) const {
+  if (!doc.json) return;
+  const std::string where = files_[doc.file].path + ":" + std::to_string(doc.line);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(doc.bytes);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error(where + ": not a JSON line: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
+    throw std::runtime_error(where + ": expected a JSON object with a string field \"text\"");
+  doc.bytes = j["text"].get_ref<const std::string&>();
+  doc.json = false;
+}
+
+bool DocumentReader::next(std::string& doc) {
+  RawDocument raw;
+  if (!next_raw(raw)) return false;
+  decode_json_line(raw);
+  doc = std::move(raw.bytes);
+  return true;
 }
 
 }  // namespace stableflash::data

@@ -108,7 +108,7 @@ PrepareSummary prepare_shards(std::shared_ptr<const Gpt2Tokenizer> tokenizer, co
   PrepareProgress& p = sum.totals;
   p.bytes_total = reader.total_bytes();
 
-  std::vector<std::string> docs;
+  std::vector<RawDocument> docs;
   std::vector<Unit> units;
   std::vector<std::vector<std::uint32_t>> unit_tokens;
   const std::size_t batch_bytes = kBatchBytesPerThread * std::size_t(threads);
@@ -116,14 +116,29 @@ PrepareSummary prepare_shards(std::shared_ptr<const Gpt2Tokenizer> tokenizer, co
     std::size_t n_docs = 0, bytes = 0;
     while (bytes < batch_bytes) {
       if (docs.size() == n_docs) docs.emplace_back();
-      if (!reader.next(docs[n_docs])) break;
-      bytes += docs[n_docs++].size();
+      if (!reader.next_raw(docs[n_docs])) break;
+      bytes += docs[n_docs++].bytes.size();
     }
     if (n_docs == 0) break;
 
+    // JSON decoding is as slow as encoding on one core: done in parallel too.
+    std::exception_ptr failure;
+#pragma omp parallel for schedule(dynamic, 64) num_threads(threads)
+    for (std::size_t d = 0; d < n_docs; ++d) {
+      try {
+        reader.decode_json_line(docs[d]);
+      } catch (...) {
+#pragma omp critical
+        if (!failure) failure = std::current_exception();
+      }
+    }
+    if (failure) std::rethrow_exception(failure);
+    bytes = 0;
+    for (std::size_t d = 0; d < n_docs; ++d) bytes += docs[d].bytes.size();
+
     units.clear();
     for (std::size_t d = 0; d < n_docs; ++d) {
-      const std::string& doc = docs[d];
+      const std::string& doc = docs[d].bytes;
       std::size_t begin = 0;
       // Cutting is exact only for valid UTF-8 (invalid bytes make the rest of a document one piece).
       if (doc.size() > 2 * kChunkBytes && utf8_valid_prefix(doc) == doc.size())
@@ -132,13 +147,12 @@ PrepareSummary prepare_shards(std::shared_ptr<const Gpt2Tokenizer> tokenizer, co
     }
     if (unit_tokens.size() < units.size()) unit_tokens.resize(units.size());
 
-    std::exception_ptr failure;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (std::size_t u = 0; u < units.size(); ++u) {
       try {
         unit_tokens[u].clear();
         const Unit& un = units[u];
-        encoders[std::size_t(omp_get_thread_num())].encode(std::string_view(docs[un.doc]).substr(un.begin, un.end - un.begin),
+        encoders[std::size_t(omp_get_thread_num())].encode(std::string_view(docs[un.doc].bytes).substr(un.begin, un.end - un.begin),
                                                            unit_tokens[u]);
       } catch (...) {
 #pragma omp critical

@@ -45,8 +45,8 @@ class ProgressBar {
   ProgressBar() : tty_(::isatty(STDERR_FILENO) != 0) {}
   void operator()(const PrepareProgress& p) {
     const double frac = p.bytes_total ? double(p.bytes_consumed) / double(p.bytes_total) : 1.0;
-    if (!tty_ && frac < next_report_ && frac < 1.0) return;
-    next_report_ = frac + 0.1;
+    if (!tty_ && ((frac < next_report_ && frac < 1.0) || p.tokens == last_tokens_)) return;  // a log gets ~10 lines
+    next_report_ = frac + 0.1, last_tokens_ = p.tokens;
     const double mbps = p.seconds > 0 ? double(p.text_bytes) / p.seconds / 1e6 : 0;
     const double eta = frac > 0 ? p.seconds * (1 - frac) / frac : -1;
     constexpr int kWidth = 30;
@@ -64,6 +64,7 @@ class ProgressBar {
  private:
   bool tty_;
   double next_report_ = 0;
+  std::uint64_t last_tokens_ = UINT64_MAX;
 };
 
 int run(PrepareCommand& c) {

@@ -23,6 +23,15 @@ struct InputFile {
 // Throws naming an input that does not exist or a folder with no file.
 std::vector<InputFile> expand_inputs(const std::vector<std::string>& inputs);
 
+// A document as read: its text, or for JSON lines the raw line (decoded later, in parallel, by
+// decode_json_line) and where it came from, for error messages.
+struct RawDocument {
+  std::string bytes;
+  bool json = false;
+  std::size_t file = 0;    // index into the reader's files
+  std::uint64_t line = 0;  // 1-based line of a JSON-lines document
+};
+
 // The documents of the files, in order.
 class DocumentReader {
  public:
@@ -31,9 +40,12 @@ class DocumentReader {
   DocumentReader(const DocumentReader&) = delete;
   DocumentReader& operator=(const DocumentReader&) = delete;
 
-  // Puts the next document in `doc`; false when all files are read. Errors (unreadable file,
-  // corrupt zstd frame, a JSON line that is not an object with a string "text") name the file
-  // and line.
+  // The next document, JSON lines left raw; false when all files are read. Errors (unreadable
+  // file, corrupt or truncated zstd) name the file.
+  bool next_raw(RawDocument& doc);
+  // Replaces a raw JSON line by its "text" field; errors name the file and line.
+  void decode_json_line(RawDocument& doc) const;
+  // next_raw + decode_json_line: the next document's text.
   bool next(std::string& doc);
   // Bytes of the input files consumed so far (compressed bytes for .zst): progress and ETA.
   std::uint64_t bytes_consumed() const;
