@@ -37,6 +37,6 @@ rm -f "$corpus/stamp"
 echo "corpus: extracting and cleaning text into $corpus/text"
 python3 scripts/corpus_clean.py "$corpus/text" "$corpus/sources.json"
 echo "corpus: tokenizing into $corpus/shards"
-"$stableflash" prepare "$corpus/text" -o "$corpus/shards" --val-fraction 0.01 --seed 1337 --overwrite
+"$stableflash" prepare "$corpus/text" -o "$corpus/shards" --val-fraction 0.01 --seed 1337 --shard-tokens 10000000 --overwrite
 echo "$stamp" > "$corpus/stamp"
 echo "corpus: built in $(( $(date +%s) - start )) s"

@@ -96,7 +96,7 @@ TEST(TokenizerPeer, EveryCodePointOurUnicodeTablesAssign) {
   }
   pcre2_match_data_free(md);
   pcre2_code_free(cn);
-  EXPECT_GT(assigned, 140000u) << "PCRE2 assigns fewer code points than Unicode 14 does";
+  EXPECT_GE(assigned, 282230u) << "PCRE2 assigns fewer code points than Unicode 14 does";  // 14.0: 282,230 not Cn
   std::vector<std::string> names;
   for (int p = 0; p < 17; ++p) names.push_back("plane " + std::to_string(p) + " (" + std::to_string(in[p].size()) + " bytes)");
   expect_same_as_tiktoken(in, names);
