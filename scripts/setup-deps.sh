@@ -10,7 +10,7 @@ debian_packages=(
   nlohmann-json3-dev libcli11-dev       # JSON (safetensors headers, metrics), command line
   libtomlplusplus-dev                   # trainer config files
   libpcre2-dev libzstd-dev              # tokenizer pattern, compressed corpora
-  clang                                 # libFuzzer targets (tests/fuzz)
+  clang libclang-rt-dev                 # libFuzzer targets (tests/fuzz): the runtime is only "recommended"
 )
 
 missing=()

@@ -45,7 +45,8 @@ std::vector<std::string> numbered(const std::string& what, std::size_t n) {
 TEST(TokenizerPeer, AdversarialStrings) {
   std::vector<std::string> in = {
       "Hello world", " the", "", " ", "\n", "\r\n", "a\r\nb\r\n\r\n", "  leading", "trailing  ", "a  b   c    d",
-      std::string(1000, ' ') + "x", std::string(5000, ' '), std::string(777, '\n') + "y", "\t \t \n \r\n  \u00a0\u3000x",
+      std::string(1000, ' ') + "x", std::string(100000, ' ') + "x" + std::string(100000, '\n') + "y", std::string(5000, ' '),
+      std::string(777, '\n') + "y", "\t \t \n \r\n  \u00a0\u3000x",
       "don't I'm we'll they've she'd it's DON'T I'M 'S 'Re 'll'll 're've", "’s ’t curly", "''''''' ''s",
       "1234567890 123 4567 12.5 1,000,000 3.14159e-10 0x1F ½ ² ٣٤٥ ௫ Ⅻ 〇", std::string(300, '7'),
       "<|endoftext|>", "a<|endoftext|>b <|endoftext|> <|endo", "e\u0301 a\u0300\u0316 Z\u0351\u0352\u0357\u035b\u0346",
