@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-deps.sh
 scripts/build.sh
+scripts/setup-corpus.sh   # the default training corpus, .deps/corpus/shards (docs/default-corpus.md)
 exec ./build/stableflash audit "$@"

@@ -10,6 +10,7 @@ debian_packages=(
   nlohmann-json3-dev libcli11-dev       # JSON (safetensors headers, metrics), command line
   libtomlplusplus-dev                   # trainer config files
   libpcre2-dev libzstd-dev              # tokenizer pattern, compressed corpora
+  clang libclang-rt-dev                 # libFuzzer targets (tests/fuzz): the runtime is only "recommended"
 )
 
 missing=()
@@ -25,13 +26,48 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# --- PyPI, project-local (never the system's site-packages) -------------------------------------
+# tiktoken is the tokenizer tests' peer (tests/peers/tiktoken_peer.py); pinned so CI compares
+# against the version the exactness claims in docs/tokenizer.md were measured with.
+mkdir -p .deps
+python_deps=.deps/python
+# --target keeps everything in the project folder, so the distribution's externally-managed marker
+# (PEP 668) does not apply; pip is told so, and not to warn about running as root.
+export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore
+tiktoken_version=0.14.0
+if ! PYTHONPATH="$python_deps" python3 -c "import tiktoken, sys; sys.exit(tiktoken.__version__ != '$tiktoken_version')" 2>/dev/null; then
+  echo "setup: installing tiktoken==$tiktoken_version into $python_deps"
+  python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+    --target "$python_deps" --upgrade "tiktoken==$tiktoken_version"
+fi
+
+# GPT-2's ranks file in tiktoken format, read at run time by the tokenizer (never downloaded at
+# run time). It ships in the openai-whisper source distribution as whisper/assets/gpt2.tiktoken;
+# the hash pins the exact file (50256 ranks) every exactness claim was measured with.
+ranks=.deps/gpt2.tiktoken
+ranks_sha256=306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930
+whisper_version=20250625
+if ! echo "$ranks_sha256  $ranks" | sha256sum --check --status 2>/dev/null; then
+  echo "setup: fetching GPT-2's ranks file from the openai-whisper==$whisper_version source distribution"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+    --dest "$tmp" "openai-whisper==$whisper_version"
+  tar -xzf "$tmp"/openai_whisper-*.tar.gz -C "$tmp" --wildcards '*/whisper/assets/gpt2.tiktoken'
+  got=$(sha256sum "$tmp"/openai_whisper-*/whisper/assets/gpt2.tiktoken | cut -d' ' -f1)
+  if [ "$got" != "$ranks_sha256" ]; then
+    echo "setup: error: gpt2.tiktoken from openai-whisper==$whisper_version has sha256 $got, expected $ranks_sha256" >&2
+    exit 1
+  fi
+  cp "$tmp"/openai_whisper-*/whisper/assets/gpt2.tiktoken "$ranks.tmp" && mv "$ranks.tmp" "$ranks"
+fi
+
 # CuTe/CUTLASS headers (the Hopper kernels' building blocks) from PyPI's nvidia-cutlass, into the
 # project-local .deps/python; CMake finds them there (cmake/StableflashCuda.cmake). Never fetched
 # at build time. Only CUDA builds can use them, so a failure here is a warning.
 cutlass_version=4.2.0.0
 if [ ! -f .deps/python/cutlass_library/source/include/cute/tensor.hpp ]; then
   echo "setup: installing nvidia-cutlass==$cutlass_version (CuTe headers) into .deps/python"
-  python3 -m pip install -q --no-deps --target .deps/python "nvidia-cutlass==$cutlass_version" 2>/dev/null ||
-    python3 -m pip install -q --no-deps --break-system-packages --target .deps/python "nvidia-cutlass==$cutlass_version" ||
+  python3 -m pip install -q --disable-pip-version-check --no-deps --target "$python_deps" "nvidia-cutlass==$cutlass_version" ||
     echo "setup: warning: could not install nvidia-cutlass; CUDA kernels that need CuTe will be unavailable" >&2
 fi

@@ -12,5 +12,8 @@ using Runner = std::function<int()>;
 Runner add_attention_command(CLI::App& app);
 Runner add_audit_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
+Runner add_encode_command(CLI::App& app);
+Runner add_decode_command(CLI::App& app);
+Runner add_prepare_command(CLI::App& app);
 
 }  // namespace stableflash::cli

@@ -14,6 +14,9 @@ int main(int argc, char** argv) {
   runners["attention"] = stableflash::cli::add_attention_command(app);
   runners["audit"] = stableflash::cli::add_audit_command(app);
   runners["bench"] = stableflash::cli::add_bench_command(app);
+  runners["encode"] = stableflash::cli::add_encode_command(app);
+  runners["decode"] = stableflash::cli::add_decode_command(app);
+  runners["prepare"] = stableflash::cli::add_prepare_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
