@@ -72,7 +72,7 @@ std::vector<AuditVariant> AuditGrid::variants() const {
       for (Normalizer norm : normalizers) {
         // the normalizer is a knob of fused numerics only
         if (n != Numerics::fused && norm != Normalizer::fp32) continue;
-        for (int bits : round_bits) out.push_back({n, p, norm, bits});
+        for (int bits : round_bits) out.push_back({n, p, norm, bits, device});
       }
   return out;
 }
@@ -106,6 +106,7 @@ std::string AuditGrid::describe() const {
     << join(normalizers, name) << " --round-bits " << join(round_bits, num) << " --delta-source "
     << join(delta_sources, name) << " --beta " << plain(policy_params.beta) << " --eps " << plain(policy_params.eps)
     << " --seed " << seed;
+  if (device != Device::cpu) s << " --device " << to_string(device);
   return s.str();
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "stableflash/attention/cuda.hpp"
 #include "stableflash/diag/audit.hpp"
 #include "stableflash/numerics/exact_ops.hpp"
 
@@ -26,6 +27,14 @@ struct BiasSum {
     return b;
   }
 };
+
+// The GPU path takes device pointers: there the host tensors are staged (attention/cuda.hpp).
+void forward_on_device(const ForwardArgs& a, const AttentionOptions& opt) {
+  opt.device == Device::cuda ? cuda::forward_from_host(a, opt) : attention_forward(a, opt);
+}
+void delta_on_device(const BackwardArgs& a, const AttentionOptions& opt, float* delta) {
+  opt.device == Device::cuda ? cuda::delta_from_host(a, opt, delta) : attention_delta(a, opt, delta);
+}
 
 }  // namespace
 
@@ -52,11 +61,11 @@ std::vector<AuditResult> audit_case(const AuditCase& c, const std::vector<AuditV
   for (const AuditVariant& var : variants) {
     AttentionOptions opt = base;
     opt.numerics = var.numerics, opt.policy = var.policy, opt.policy_params = params;
-    opt.normalizer = var.normalizer, opt.round_bits = var.round_bits;
+    opt.normalizer = var.normalizer, opt.round_bits = var.round_bits, opt.device = var.device;
     AuditResult r;
     r.c = c, r.variant = var, r.policy_params = params, r.remainder_achieved = in.remainder_achieved;
     fa.o = o.data(), fa.lse = lse.data(), fa.o_residual = residual.data(), fa.ties = &r.ties;
-    attention_forward(fa, opt);
+    forward_on_device(fa, opt);
 
     BiasSum o_bias;
     double ulp_sum = 0.0, e2 = 0.0, ref2 = 0.0;
@@ -88,7 +97,7 @@ std::vector<AuditResult> audit_case(const AuditCase& c, const std::vector<AuditV
       ba.shape = s;
       ba.q = in.q.data(), ba.k = in.k.data(), ba.v = in.v.data(), ba.o = o.data(), ba.lse = lse.data();
       ba.o_residual = residual.data(), ba.d_o = in.d_o.data();
-      attention_delta(ba, opt, delta.data());
+      delta_on_device(ba, opt, delta.data());
       BiasSum db;
       double de2 = 0.0, dref2 = 0.0, ref_abs = 0.0;
       for (std::size_t row = 0; row < rows; ++row) {

@@ -6,7 +6,7 @@
 #
 #   here (no GPU):   scripts/device-check.sh pack     # copies the CUDA build's binaries to build-cuda/devbin
 #                                                     # and the peer scripts to .peers
-#   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-bench]
+#   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-audit] [--skip-bench]
 #
 # The binaries come from a CUDA build (cmake -S . -B build-cuda -DSTABLEFLASH_CUDA=ON; ninja -C build-cuda),
 # so the GPU machine compiles nothing.
@@ -26,13 +26,14 @@ if [ "${1:-}" = "pack" ]; then
   exit 0
 fi
 
-quick=0 tests=1 sanitizer=1 bench=1
+quick=0 tests=1 sanitizer=1 bench=1 audit=1
 for a in "$@"; do
   case "$a" in
     --quick) quick=1 ;;
     --skip-tests) tests=0 ;;
     --skip-sanitizer) sanitizer=0 ;;
     --skip-bench) bench=0 ;;
+    --skip-audit) audit=0 ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
 done
@@ -68,6 +69,52 @@ if [ $sanitizer = 1 ]; then
   done
 fi
 
+if [ $audit = 1 ]; then
+  step "audit: CPU vs --device cuda (default grid)"
+  "$BIN"/stableflash audit --json >"$OUT/audit-cpu.jsonl" 2>/dev/null || status=1
+  "$BIN"/stableflash audit --json --device cuda >"$OUT/audit-cuda.jsonl" 2>/dev/null || status=1
+  python3 - "$OUT/audit-cpu.jsonl" "$OUT/audit-cuda.jsonl" <<'EOF' | tee "$OUT/audit-compare.txt" || status=1
+import json, sys
+KEYS = ("D", "T", "ties", "remainder", "logit_scale", "spread", "tile", "cross_tile", "heads", "numerics", "policy",
+        "normalizer", "round_bits", "delta_source", "v_neg", "do_neg")
+def load(f):
+    out = {}
+    for line in open(f):
+        if line.strip():
+            r = json.loads(line)
+            out[tuple(r[k] for k in KEYS)] = r
+    return out
+cpu, gpu = load(sys.argv[1]), load(sys.argv[2])
+if cpu.keys() != gpu.keys():
+    sys.exit("the two audits cover different rows")
+def val(x):
+    return 0.0 if x is None else x
+worst = {"o_bias": 0.0, "delta_bias": 0.0}
+size = {"o_bias": "rel_l2", "delta_bias": "delta_rel_l2"}
+flips = noise = counts = 0
+for k, c in cpu.items():
+    g = gpu[k]
+    for m in worst:
+        a, b = val(c[m]), val(g[m])
+        worst[m] = max(worst[m], abs(a - b))
+        # a conclusion changes when one side shows a clear bias (|bias| > 0.2) that the other
+        # reverses or halves. A bias of errors far below BF16 resolution (relative L2 error
+        # < 1e-4 on both sides: FP32-level noise) is no conclusion; those are counted apart.
+        if max(abs(a), abs(b)) > 0.2 and (a * b < 0 or min(abs(a), abs(b)) < 0.5 * max(abs(a), abs(b))):
+            if max(c[size[m]], g[size[m]]) < 1e-4:
+                noise += 1
+                continue
+            flips += 1
+            print("differs:", dict(zip(KEYS, k)), m, "cpu", round(a, 3), "cuda", round(b, 3),
+                  size[m], f"{c[size[m]]:.2e}/{g[size[m]]:.2e}")
+    counts += sum(c[f] != g[f] for f in ("tie_rows", "repeated_max_rows", "fallback_rows", "zeroed_rows", "nonfinite"))
+print(f"audit rows: {len(cpu)}; max |o_bias cpu - cuda| = {worst['o_bias']:.3f}; max |delta_bias cpu - cuda| = "
+      f"{worst['delta_bias']:.3f}; clear biases that differ: {flips} (+{noise} at FP32-noise error sizes); "
+      f"event-count fields that differ: {counts}")
+sys.exit(1 if flips else 0)
+EOF
+fi
+
 if [ $bench = 1 ]; then
   step "benchmark: ours"
   shapes="16x12x1024x64:causal,16x12x1024x64:full,8x16x4096x128:causal,2x16x16384x128:causal"
@@ -78,7 +125,10 @@ if [ $bench = 1 ]; then
     --delta-source rounded --json "$OUT/ours-paper.jsonl" | tee "$OUT/ours-paper.txt" || status=1
   "$BIN"/stableflash bench attention --shapes "16x12x1024x64:causal,8x16x4096x128:causal" --numerics fused --policy standard \
     --delta-source exact --json "$OUT/ours-exact.jsonl" | tee "$OUT/ours-exact.txt" || status=1
-  cat "$OUT"/ours-*.jsonl >"$OUT/ours.jsonl"
+  STABLEFLASH_FORWARD_KERNEL=mma "$BIN"/stableflash bench attention --shapes "$shapes" --numerics fused --policy standard \
+    --delta-source rounded --no-check --json "$OUT/mma-sync-fused.jsonl" | tee "$OUT/mma-sync-fused.txt" || status=1
+  sed -i 's/"numerics": "fused"/"numerics": "fused (mma.sync fwd)"/' "$OUT/mma-sync-fused.jsonl"
+  cat "$OUT"/ours-*.jsonl "$OUT/mma-sync-fused.jsonl" >"$OUT/ours.jsonl"
 
   step "benchmark: peers (PyTorch SDPA flash = FlashAttention-2, cuDNN)"
   : >"$OUT/peers.jsonl"

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "stableflash/attention/attention.hpp"
 #include "stableflash/attention/modes.hpp"
 #include "stableflash/diag/audit.hpp"
 
@@ -21,7 +22,7 @@ struct AuditCommand {
   std::string grid = "default";
   std::string ties, remainder, v_neg, do_neg, logit_scale, spread, T, D, tile, cross_tile, heads;
   std::string numerics, policy, normalizer, round_bits, delta_source;
-  std::string beta, eps, seed;
+  std::string beta, eps, seed, device = "cpu";
   bool json = false, show_grid = false;
 };
 
@@ -98,6 +99,9 @@ AuditGrid build_grid(const AuditCommand& c) {
   if (!c.beta.empty()) g.policy_params.beta = float(to_double(c.beta));
   if (!c.eps.empty()) g.policy_params.eps = float(to_double(c.eps));
   if (!c.seed.empty()) g.seed = std::stoull(c.seed);
+  const auto device = parse_device(c.device);
+  if (!device) throw std::invalid_argument("--device: expected cpu or cuda, got '" + c.device + "'");
+  g.device = *device;
   return g;
 }
 
@@ -154,6 +158,8 @@ Runner add_audit_command(CLI::App& app) {
   sub->add_option("--beta", c->beta, "beta of the published policy (default 2)");
   sub->add_option("--eps", c->eps, "tie tolerance of the published policy (default 1e-3)");
   sub->add_option("--seed", c->seed, "Seed of the generated inputs (default 0)");
+  sub->add_option("--device", c->device, "Where the variants run: cpu, cuda (the reference stays on the CPU)")
+      ->capture_default_str();
   return [c] { return run(*c); };
 }
 

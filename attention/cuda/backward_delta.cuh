@@ -67,7 +67,6 @@ __global__ void __launch_bounds__(128) delta_exact_kernel(const __grid_constant_
     const int i = m0 + warp * 16 + g + 8 * hf;
     last[hf] = i < p.q_len ? last_key(i, p.q_len, p.k_len, causal) : -1;
     lse[hf] = i < p.q_len ? p.lse[row_base + i] : __builtin_huge_valf();
-    if constexpr (!kPaper) lse[hf] = fused::to_log2(lse[hf]);
   }
   const int n_keys = max(0, last_key(min(m0 + BQ, p.q_len) - 1, p.q_len, p.k_len, causal) + 1);
   const int min_last = last_key(m0, p.q_len, p.k_len, causal);
@@ -115,7 +114,7 @@ __global__ void __launch_bounds__(128) delta_exact_kernel(const __grid_constant_
       for (int e = 0; e < 4; ++e) {
         const int key = s * BK + nj * 8 + 2 * t + (e & 1);
         float prob = kPaper ? paper::prob(paper::score(sc[nj][e], p.scale), lse[e / 2])
-                            : fused::exp_from_dot(sc[nj][e], p.scale_log2, lse[e / 2]);
+                            : fused::prob_fast(fused::score(sc[nj][e], p.scale), lse[e / 2]);
         if (need_mask && key > last[e / 2]) prob = 0.0f;
         part[e / 2] += prob * (kPaper ? paper::dprob(dp[nj][e]) : dp[nj][e]);
       }

@@ -71,12 +71,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_backward_kernel
     const int q0 = qb * BQ;
     load_tile_async<BQ, D, Traits::kThreads>(s_q0 + buf * Traits::kSmemQ, q_head, p.q_strides.t, q0, p.q_len);
     load_tile_async<BQ, D, Traits::kThreads>(s_do0 + buf * Traits::kSmemQ, do_head, p.q_strides.t, q0, p.q_len);
-    // lse (fused: in log2 units) and delta; rows past Tq get lse = +inf so P = 0 there.
+    // lse and delta; rows past Tq get lse = +inf so P = 0 there.
     float* vals = s_rowvals + buf * 2 * BQ;
     for (int r = threadIdx.x; r < BQ; r += Traits::kThreads) {
       const bool valid = q0 + r < p.q_len;
-      const float lse = valid ? p.lse[row_base + q0 + r] : kInf;
-      vals[r] = kPaper ? lse : fused::to_log2(lse);
+      vals[r] = valid ? p.lse[row_base + q0 + r] : kInf;
       vals[BQ + r] = valid ? p.delta[row_base + q0 + r] : 0.0f;
     }
   };
@@ -144,7 +143,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_backward_kernel
           prob = paper::prob(paper::score(st[nq][e], p.scale), s_lse[ql]);
           dp = paper::dprob(dpt[nq][e]);
         } else {
-          prob = fused::exp_from_dot(st[nq][e], p.scale_log2, s_lse[ql]);
+          prob = fused::prob_fast(fused::score(st[nq][e], p.scale), s_lse[ql]);
           dp = dpt[nq][e];
         }
         if (masked) prob = 0.0f;

@@ -1,8 +1,10 @@
 // The CUDA entry points (stableflash/attention/cuda.hpp): validation, kernel parameters from the
 // public args and options, workspace, and dispatch to the compiled (head dim, numerics) kernels.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -50,6 +52,31 @@ void* workspace_alloc(std::size_t bytes, cudaStream_t stream) {
 }
 void workspace_free(void* p, cudaStream_t stream) { check_cuda(cudaFreeAsync(p, stream), "cudaFreeAsync"); }
 
+// A bulk-tensor-copy map of a BF16 [B, H, T, D] or [B, T, H, D] tensor as the 4-d tensor
+// (D, T, H, B) in boxes of 64 x 64, 128-byte swizzled (tma.cuh); rows past T read as zeros.
+CUtensorMap tensor_map(const void* base, const AttentionShape& s, int len, const TensorStrides& st) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                              const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                              CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found),
+               "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+    if (found != cudaDriverEntryPointSuccess || !fn) throw std::runtime_error("CUDA driver lacks cuTensorMapEncodeTiled");
+    return reinterpret_cast<Encode>(fn);
+  }();
+  CUtensorMap map{};
+  const cuuint64_t dims[4] = {cuuint64_t(s.head_dim), cuuint64_t(len), cuuint64_t(s.heads), cuuint64_t(s.batch)};
+  const cuuint64_t strides[3] = {cuuint64_t(st.t) * 2, cuuint64_t(st.h) * 2, cuuint64_t(st.b) * 2};  // bytes
+  const cuuint32_t box[4] = {64, 64, 1, 1}, element_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
+  return map;
+}
+
 template <class F>
 void with_kernels(int head_dim, Numerics numerics, F&& f) {
   const bool paper = numerics == Numerics::paper;
@@ -74,7 +101,7 @@ BackwardParams backward_params(const BackwardArgs& a, const AttentionOptions& op
   p.dv = reinterpret_cast<std::uint16_t*>(a.dv);
   p.q_strides = strides_of(a.layout, s, s.q_len), p.k_strides = strides_of(a.layout, s, s.k_len);
   p.batch = s.batch, p.heads = s.heads, p.q_len = s.q_len, p.k_len = s.k_len;
-  p.scale = opt.resolved_scale(s.head_dim), p.scale_log2 = fused::scale_log2(p.scale);
+  p.scale = opt.resolved_scale(s.head_dim);
   p.causal = opt.causal, p.deterministic = opt.deterministic;
   p.delta_source = static_cast<int>(opt.delta_source);
   return p;
@@ -100,6 +127,14 @@ void check_backward_inputs(const BackwardArgs& a, const AttentionOptions& opt) {
 }
 
 }  // namespace
+
+ForwardKernel forward_kernel_kind() {
+  static const ForwardKernel kind = [] {
+    const char* env = std::getenv("STABLEFLASH_FORWARD_KERNEL");
+    return env && std::string(env) == "mma" ? ForwardKernel::mma_sync : ForwardKernel::wgmma;
+  }();
+  return kind;
+}
 
 bool built() { return true; }
 
@@ -144,12 +179,17 @@ void forward(const ForwardArgs& a, const AttentionOptions& opt) {
   p.lse = a.lse;
   p.q_strides = strides_of(a.layout, s, s.q_len), p.k_strides = strides_of(a.layout, s, s.k_len);
   p.batch = s.batch, p.heads = s.heads, p.q_len = s.q_len, p.k_len = s.k_len;
-  p.scale = opt.resolved_scale(s.head_dim), p.scale_log2 = fused::scale_log2(p.scale);
+  p.scale = opt.resolved_scale(s.head_dim);
   p.causal = opt.causal;
   p.tile_k = opt.resolved_tile_k();
   p.round_bits = opt.round_bits;
   p.normalizer_bf16 = opt.normalizer == Normalizer::bf16;
   p.policy = opt.policy_params;
+  if (forward_kernel_kind() == ForwardKernel::wgmma) {
+    p.tma_q = tensor_map(a.q, s, s.q_len, p.q_strides);
+    p.tma_k = tensor_map(a.k, s, s.k_len, p.k_strides);
+    p.tma_v = tensor_map(a.v, s, s.k_len, p.k_strides);
+  }
   if (a.ties) {
     p.counters = static_cast<DeviceTieCounters*>(workspace_alloc(sizeof(DeviceTieCounters), stream));
     check_cuda(cudaMemsetAsync(p.counters, 0, sizeof(DeviceTieCounters), stream), "cudaMemsetAsync");

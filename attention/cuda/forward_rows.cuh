@@ -250,11 +250,11 @@ struct ForwardRows {
   __device__ void probabilities(const ForwardParams& p, float (&sc)[MR][NT][4], std::uint32_t (&pa)[MR][NT / 2][4]) {
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi) {
-      float shift[2];  // paper: m itself; fused: m * log2(e). 0 for a row with no key in the unit
+      float shift[2];  // the row's m; 0 for a row with no key in the unit (all its entries are -inf)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const float mu = kPaper ? m_unit[mi][hf] : m[mi][hf];
-        shift[hf] = mu == -kInf ? 0.0f : (kPaper ? mu : fused::to_log2(mu));
+        shift[hf] = mu == -kInf ? 0.0f : mu;
       }
       float part[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -264,7 +264,7 @@ struct ForwardRows {
           if constexpr (kPaper) {
             sc[mi][nj][e] = paper::pbar(sc[mi][nj][e], shift[e / 2]);
           } else {
-            sc[mi][nj][e] = fused::exp_from_dot(sc[mi][nj][e], p.scale_log2, shift[e / 2]);
+            sc[mi][nj][e] = fused::pbar_fast(fused::score(sc[mi][nj][e], p.scale), shift[e / 2]);
           }
         }
         pa[mi][nj / 2][(nj % 2) * 2 + 0] = pack_bf16x2(sc[mi][nj][0], sc[mi][nj][1]);

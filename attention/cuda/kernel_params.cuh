@@ -2,6 +2,8 @@
 // params from ForwardArgs/BackwardArgs + AttentionOptions (launch_*.cu); the kernels only read them.
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 
 #include "stableflash/attention/shift_policies.hpp"
@@ -20,13 +22,16 @@ struct DeviceTieCounters {
 };
 
 struct ForwardParams {
+  // wgmma kernel: bulk tensor copy maps of q, k, v as 4-d (D, T, H, B) tensors, boxes of
+  // 64 x 64 elements in the 128-byte swizzle (tma.cuh); unused by the mma.sync kernel.
+  CUtensorMap tma_q, tma_k, tma_v;
   const std::uint16_t *q, *k, *v;  // BF16 bits; [B, H, Tq|Tk, D] or [B, T, H, D]
   std::uint16_t *o, *o_residual;   // o_residual may be null
   float* lse;                      // [B, H, Tq]
   DeviceTieCounters* counters;     // null: no counting (the fast path)
   TensorStrides q_strides, k_strides;  // o and o_residual share q's, v shares k's
   int batch, heads, q_len, k_len;
-  float scale, scale_log2;
+  float scale;
   int causal;
   int tile_k;      // numerics key tile (multiple of kSubTile); fused without tie counts: kSubTile
   int round_bits;  // 1..7
@@ -43,7 +48,7 @@ struct BackwardParams {
   std::uint16_t *dq, *dk, *dv;
   TensorStrides q_strides, k_strides;
   int batch, heads, q_len, k_len;
-  float scale, scale_log2;
+  float scale;
   int causal;
   int deterministic;
   int delta_source;  // DeltaSource
@@ -81,6 +86,31 @@ struct ForwardTraits {
   static constexpr int kSmemBytes = kSmemQ + 4 * kSmemKV + kSmemEvents + kSmemTop;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
   static_assert(kBlockK % 16 == 0 && kBlockQ % 16 == 0, "mma tiles are 16 x 16");
+};
+
+// Forward tiles of the wgmma kernel (forward_wgmma_kernel.cuh): one warpgroup, 64 query rows, 16
+// per warp (the m64 of a wgmma), keys in sub-tiles of 64. Operand tiles use the SW128 layout
+// (wgmma.cuh), whose blocks are 1024-byte aligned.
+template <int kHeadDim_, bool kPaper_>
+struct WgmmaForwardTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kPaper = kPaper_;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 128;
+  static constexpr int kRowTiles = 1;
+  static constexpr int kBlockQ = 64;
+  static constexpr int kBlockK = 64;
+  // fused: S (32) + O (D/2) + P (16) registers per thread; paper adds O and its shadow
+  static constexpr int kMinBlocks = kPaper ? 2 : (kHeadDim == 64 ? 4 : 2);
+  static constexpr int kKeyTiles = kBlockK / 8;
+  static constexpr int kDimTiles = kHeadDim / 8;
+  static constexpr int kSmemQ = kBlockQ * kHeadDim * 2;
+  static constexpr int kSmemKV = kBlockK * kHeadDim * 2;
+  static constexpr int kSmemEvents = kBlockQ * 16;
+  static constexpr int kSmemTop = kThreads * kRowTiles * 4 * 4;
+  static constexpr int kSmemBarriers = 3 * 8;  // Q, and one per K/V buffer
+  static constexpr int kSmemBytes = kSmemQ + 4 * kSmemKV + kSmemEvents + kSmemTop + kSmemBarriers;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
 };
 
 // Backward tiles: a CTA owns kBlockK keys (16 per warp) and walks query blocks of kBlockQ.

@@ -12,6 +12,12 @@
 
 namespace stableflash::attention::cuda {
 
+// The forward's tensor-core path: wgmma (Hopper warpgroup MMA, the default) or mma.sync (the
+// FlashAttention-2-style kernel it grew from, kept for comparison). STABLEFLASH_FORWARD_KERNEL=mma
+// selects the latter (benchmarks, bisecting).
+enum class ForwardKernel { wgmma, mma_sync };
+ForwardKernel forward_kernel_kind();
+
 template <int D, bool kPaper>
 void launch_forward(const ForwardParams& p, ShiftPolicy policy, cudaStream_t stream);
 // delta (per p.delta_source) into p.delta

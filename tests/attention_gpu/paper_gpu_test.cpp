@@ -4,8 +4,10 @@
 // library's, <= 2 FP32 ulp) and the FP32 summation order. A last-bit difference flips a later
 // BF16 rounding only near its midpoint, so differences are rare and small: each BF16 output may
 // differ by at most 2 BF16 ulps of the tensor's max|value| (a flipped l or O-bar moves a row by
-// one ulp; two can stack), lse by 2^-20 of max(1, max|lse|) (FP32 log accuracy), and the
-// compensated O + r (an FP32 value) like O. The counts of differing elements are printed; a
+// one ulp; two can stack); lse = log(l) + m with a BF16 l, so a row whose l rounded the other way
+// moves by up to log(1 + 2^-7), and every other row agrees to FP32 log accuracy (2^-20 of
+// max(1, max|lse|)); such flipped rows must stay rare (<= 1%). The compensated O + r (an FP32
+// value) is held to O's bound. The counts of differing elements are printed; a
 // rounding point in the wrong place would change most elements, so more than 20% differing
 // fails as well (gradients sum ~T terms whose BF16(P) may flip: a few % differ, measured).
 #include <gtest/gtest.h>
@@ -51,20 +53,24 @@ std::vector<float> compensated(const Outputs& x) {
   return out;
 }
 
-// lse: FP32 values, compared at FP32 accuracy.
+// lse: FP32 log accuracy, except rows whose BF16 l rounded the other way (rare, one BF16 step).
 void expect_lse_close(const std::vector<float>& g, const std::vector<float>& c) {
   double scale = 1.0, worst = 0.0;
-  std::int64_t differing = 0;
+  std::int64_t differing = 0, flipped = 0;
   for (float x : c)
     if (std::isfinite(x)) scale = std::max(scale, double(std::fabs(x)));
+  const double fp32_tol = std::ldexp(scale, -20), flip_tol = std::log1p(std::ldexp(1.0, -7)) + fp32_tol;
   for (std::size_t i = 0; i < g.size(); ++i) {
     if (g[i] == c[i]) continue;
     ++differing;
-    worst = std::max(worst, std::isfinite(g[i]) && std::isfinite(c[i]) ? std::fabs(double(g[i]) - c[i]) : HUGE_VAL);
+    const double d = std::isfinite(g[i]) && std::isfinite(c[i]) ? std::fabs(double(g[i]) - c[i]) : HUGE_VAL;
+    flipped += d > fp32_tol;
+    worst = std::max(worst, d);
   }
-  std::printf("    lse      %lld of %zu differ, max %.3g (bound %.3g)\n", static_cast<long long>(differing), g.size(), worst,
-              std::ldexp(scale, -20));
-  EXPECT_LE(worst, std::ldexp(scale, -20)) << "lse";
+  std::printf("    lse      %lld of %zu differ, %lld by a BF16 step of l; max %.3g (bounds %.3g, %.3g)\n",
+              static_cast<long long>(differing), g.size(), static_cast<long long>(flipped), worst, fp32_tol, flip_tol);
+  EXPECT_LE(worst, flip_tol) << "lse";
+  EXPECT_LE(double(flipped), 0.01 * double(g.size()) + 1.0) << "rows whose l rounded the other way";
 }
 
 class PaperMode : public ::testing::TestWithParam<PaperCase> {};

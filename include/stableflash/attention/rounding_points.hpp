@@ -85,17 +85,15 @@ SF_HD float sum_term(float pbar_fp32, Normalizer n) {
 
 SF_HD float rescale(float m_old, float m_new) { return exp_fp32(sub_rn(m_old, m_new)); }
 
-// The GPU kernels' evaluation of the same exponentials, from the raw FP32 dot product:
-// exp2(dot * scale*log2(e) - x*log2(e)) with one fused multiply-add and the hardware exp2, where x
-// is m (P-bar) or lse (P) and x_log2 = x * log2(e) is formed once per row. It differs from
-// pbar(score(dot, scale), m) only by the exp accuracy and by not rounding S to FP32 first
-// (numerics.md allows both in `fused`). Callers keep x finite (a row with no visible key uses 0).
+// The GPU kernels' evaluation of the same exponentials: the same rounding points as pbar() and
+// prob() (S = FP32(dot * scale), then S - x in FP32), with the hardware exp2 for exp:
+// exp(y) = exp2(FP32(y * log2(e))). A score equal to m gives exactly 1, as pbar() does, so tied
+// maxima stay exact ties (the midpoint structure the audit measures). The relative error is
+// ~2^-22 + |y| 2^-24 (numerics.md allows the exp implementation to differ).
 inline constexpr float kLog2e = 1.44269504088896341f;
-SF_HD float scale_log2(float scale) { return mul_rn(scale, kLog2e); }
-SF_HD float to_log2(float x) { return mul_rn(x, kLog2e); }
-SF_HD float exp_from_dot(float dot, float scale_log2_value, float x_log2) {
-  return exp2_fast(fmaf(dot, scale_log2_value, -x_log2));
-}
+SF_HD float exp_fast(float y) { return exp2_fast(mul_rn(y, kLog2e)); }
+SF_HD float pbar_fast(float s, float m) { return exp_fast(sub_rn(s, m)); }
+SF_HD float prob_fast(float s, float lse_value) { return exp_fast(sub_rn(s, lse_value)); }
 
 // acc = acc * c + FP32-dot(BF16(P-bar), v); l = l * c + l_tile (all FP32).
 SF_HD float update_accumulator(float acc, float c, float tile_dot_fp32) { return add_rn(mul_rn(acc, c), tile_dot_fp32); }

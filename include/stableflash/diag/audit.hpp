@@ -38,6 +38,7 @@ struct AuditVariant {
   attention::ShiftPolicy policy = attention::ShiftPolicy::standard;
   attention::Normalizer normalizer = attention::Normalizer::fp32;
   int round_bits = 7;
+  attention::Device device = attention::Device::cpu;  // cuda: the variant runs on the GPU (staged tensors)
 };
 
 struct AuditGrid {
@@ -51,6 +52,7 @@ struct AuditGrid {
   std::vector<attention::DeltaSource> delta_sources;
   attention::PolicyParams policy_params;
   std::uint64_t seed = 0;
+  attention::Device device = attention::Device::cpu;  // where every variant runs
 
   static AuditGrid default_grid();  // small: finishes in under a minute on 2 cores
   static AuditGrid full_grid();     // the rest of the space
