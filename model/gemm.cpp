@@ -11,48 +11,74 @@
 namespace stableflash::model {
 namespace {
 
-constexpr int kMR = 4;      // rows of the register tile
-constexpr int kNR = 16;     // columns of the register tile (two AVX2 registers of floats per row)
-constexpr int kTileM = 64;  // rows of an output tile (one OpenMP work item)
+constexpr int kMR = 6;      // rows of the register tile
+constexpr int kTileM = 96;  // rows of an output tile (one OpenMP work item), a multiple of kMR
 constexpr int kTileN = 256;
 constexpr int kTileK = 256;
 
+// 32-byte vectors through GCC's vector extensions: element-wise IEEE operations, so the AVX2
+// build and the baseline build (two 16-byte halves) compute bit-identical results.
+template <class T>
+struct VecOf;
+template <>
+struct VecOf<float> {
+  typedef float type __attribute__((vector_size(32)));
+};
+template <>
+struct VecOf<double> {
+  typedef double type __attribute__((vector_size(32)));
+};
+template <class T>
+using Vec = typename VecOf<T>::type;
+template <class T>
+constexpr int kLanes = int(32 / sizeof(T));
+template <class T>
+constexpr int kNR = 2 * kLanes<T>;  // columns of the register tile: two vectors
+
 // acc[MR][NR] = sum_k a[k][r] * b[k][c] over a packed A panel (k-major, MR wide) and a packed B
-// panel (k-major, NR wide). Plain loops that the compiler turns into vector code; the sum over k
-// is a sequence of separate multiplies and adds in ascending k for every element.
+// panel (k-major, NR wide): 2 * MR vector accumulators stay in registers; each element sums its
+// products with separate multiplies and adds in ascending k.
 template <class T>
 __attribute__((always_inline)) inline void micro_tile(int kc, const T* __restrict a, const T* __restrict b, T* __restrict acc) {
-  T c[kMR][kNR] = {};
+  using V = Vec<T>;
+  constexpr int L = kLanes<T>, NR = kNR<T>;
+  V c[kMR][2] = {};
   for (int k = 0; k < kc; ++k) {
-    const T* bk = b + k * kNR;
+    V b0, b1;
+    __builtin_memcpy(&b0, b + k * NR, sizeof(V));
+    __builtin_memcpy(&b1, b + k * NR + L, sizeof(V));
     for (int r = 0; r < kMR; ++r) {
-      const T ar = a[k * kMR + r];
-      for (int j = 0; j < kNR; ++j) c[r][j] += ar * bk[j];
+      const V ar = V{} + a[k * kMR + r];  // broadcast
+      c[r][0] += ar * b0;
+      c[r][1] += ar * b1;
     }
   }
-  for (int r = 0; r < kMR; ++r)
-    for (int j = 0; j < kNR; ++j) acc[r * kNR + j] = c[r][j];
+  for (int r = 0; r < kMR; ++r) {
+    __builtin_memcpy(acc + r * NR, &c[r][0], sizeof(V));
+    __builtin_memcpy(acc + r * NR + L, &c[r][1], sizeof(V));
+  }
 }
 
 // One block: all register tiles of packed panels pa [mc/MR][kc][MR] and pb [nc/NR][kc][NR], added
 // into C. Cloned for AVX2 and baseline: both perform the same IEEE operations in the same order.
 template <class T>
 __attribute__((always_inline)) inline void block_kernel_impl(int mc, int nc, int kc, const T* pa, const T* pb, T* C, std::int64_t ldc) {
-  alignas(64) T acc[kMR * kNR];
+  constexpr int kNR_ = kNR<T>;
+  alignas(64) T acc[kMR * kNR_];
   for (int i0 = 0; i0 < mc; i0 += kMR)
-    for (int j0 = 0; j0 < nc; j0 += kNR) {
+    for (int j0 = 0; j0 < nc; j0 += kNR_) {
       micro_tile<T>(kc, pa + std::int64_t(i0) * kc, pb + std::int64_t(j0) * kc, acc);
-      const int rows = std::min(kMR, mc - i0), cols = std::min(kNR, nc - j0);
+      const int rows = std::min(kMR, mc - i0), cols = std::min(kNR_, nc - j0);
       for (int r = 0; r < rows; ++r)
-        for (int j = 0; j < cols; ++j) C[(i0 + r) * ldc + j0 + j] += acc[r * kNR + j];
+        for (int j = 0; j < cols; ++j) C[(i0 + r) * ldc + j0 + j] += acc[r * kNR_ + j];
     }
 }
 
-__attribute__((target_clones("avx2", "default"))) void block_kernel(int mc, int nc, int kc, const float* pa, const float* pb,
+__attribute__((target_clones("avx512f", "avx2", "default"))) void block_kernel(int mc, int nc, int kc, const float* pa, const float* pb,
                                                                        float* C, std::int64_t ldc) {
   block_kernel_impl(mc, nc, kc, pa, pb, C, ldc);
 }
-__attribute__((target_clones("avx2", "default"))) void block_kernel(int mc, int nc, int kc, const double* pa, const double* pb,
+__attribute__((target_clones("avx512f", "avx2", "default"))) void block_kernel(int mc, int nc, int kc, const double* pa, const double* pb,
                                                                        double* C, std::int64_t ldc) {
   block_kernel_impl(mc, nc, kc, pa, pb, C, ldc);
 }
@@ -73,9 +99,10 @@ void pack_a(Trans ta, const T* A, std::int64_t lda, int i0, int mc, int k0, int 
 // Packs op(B)[k0 : k0+kc, j0 : j0+nc] into [ceil(nc/NR)][kc][NR], zero-padding the last columns.
 template <class T>
 void pack_b(Trans tb, const T* B, std::int64_t ldb, int k0, int kc, int j0, int nc, T* out) {
-  for (int jb = 0; jb < nc; jb += kNR)
+  constexpr int NR = kNR<T>;
+  for (int jb = 0; jb < nc; jb += NR)
     for (int k = 0; k < kc; ++k)
-      for (int c = 0; c < kNR; ++c) {
+      for (int c = 0; c < NR; ++c) {
         const int j = jb + c;
         T v = 0;
         if (j < nc) v = tb == Trans::no ? B[std::int64_t(k0 + k) * ldb + j0 + j] : B[std::int64_t(j0 + j) * ldb + k0 + k];
@@ -95,7 +122,7 @@ void gemm(Trans ta, Trans tb, int M, int N, int K, const T* A, std::int64_t lda,
   const int tiles_m = (M + kTileM - 1) / kTileM, tiles_n = (N + kTileN - 1) / kTileN;
 #pragma omp parallel
   {
-    std::vector<T> pa(std::size_t(round_up(kTileM, kMR)) * kTileK), pb(std::size_t(round_up(kTileN, kNR)) * kTileK);
+    std::vector<T> pa(std::size_t(round_up(kTileM, kMR)) * kTileK), pb(std::size_t(round_up(kTileN, kNR<T>)) * kTileK);
 #pragma omp for collapse(2) schedule(static)
     for (int tm = 0; tm < tiles_m; ++tm)
       for (int tn = 0; tn < tiles_n; ++tn) {

@@ -11,5 +11,7 @@ namespace stableflash::cli {
 using Runner = std::function<int()>;
 Runner add_attention_command(CLI::App& app);
 Runner add_audit_command(CLI::App& app);
+Runner add_train_command(CLI::App& app);
+Runner add_sample_command(CLI::App& app);
 
 }  // namespace stableflash::cli

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   std::map<std::string, stableflash::cli::Runner> runners;
   runners["attention"] = stableflash::cli::add_attention_command(app);
   runners["audit"] = stableflash::cli::add_audit_command(app);
+  runners["train"] = stableflash::cli::add_train_command(app);
+  runners["sample"] = stableflash::cli::add_sample_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
