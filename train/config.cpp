@@ -325,7 +325,7 @@ TrainConfig preset(const std::string& name) {
   if (name == "tiny") {
     // Learns visibly on 2 CPU cores in a few minutes (docs/training.md has the measured numbers).
     c.model.n_layer = 4, c.model.n_head = 4, c.model.n_embd = 128, c.model.block_size = 128;
-    c.optim.lr = 3e-3, c.optim.min_lr = 3e-4, c.optim.warmup_steps = 20, c.optim.decay_steps = 300;
+    c.optim.lr = 1e-3, c.optim.min_lr = 1e-4, c.optim.warmup_steps = 20, c.optim.decay_steps = 300;
     c.train.steps = 300, c.train.batch_size = 8, c.train.seq_len = 128, c.train.grad_accum = 1;
     c.train.val_every = 50, c.train.val_batches = 4, c.train.checkpoint_every = 100;
   } else if (name == "gpt2-124m" || name == "gpt2-350m") {
