@@ -377,6 +377,27 @@ void apply_assignment(TrainConfig& config, const std::string& assignment) {
   config.set(assignment.substr(0, eq), assignment.substr(eq + 1), "--set");
 }
 
+TrainConfig build_config(const ConfigSources& src) {
+  TrainConfig config;
+  if (!src.resume_run_dir.empty()) {
+    if (!src.preset.empty())
+      throw std::invalid_argument("--resume continues with the run's own config; drop --preset (use --set to change keys)");
+    const std::string path = src.resume_run_dir + "/config.json";
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error(path + " does not exist: is " + src.resume_run_dir + " a stableflash run directory?");
+    std::ostringstream text;
+    text << in.rdbuf();
+    config = from_json(text.str(), path);
+  } else {
+    config = preset(src.preset.empty() ? "tiny" : src.preset);
+  }
+  if (!src.config_file.empty()) apply_config_file(config, src.config_file);
+  for (const auto& s : src.sets) apply_assignment(config, s);
+  if (src.steps > 0) config.train.steps = src.steps;
+  config.validate();
+  return config;
+}
+
 std::string to_json(const TrainConfig& config) {
   nlohmann::ordered_json j;
   j["preset"] = config.preset;

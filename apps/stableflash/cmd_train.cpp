@@ -28,14 +28,6 @@ std::string default_run_dir(const std::string& preset) {
   return "runs/" + preset + "-" + stamp;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 void print_summary(const train::TrainConfig& c, const std::string& run_dir) {
   const auto layout = model::parameter_layout(c.model);
   long long params = 0;
@@ -61,20 +53,14 @@ void print_summary(const train::TrainConfig& c, const std::string& run_dir) {
 
 int run(const TrainCommand& cmd) {
   std::string run_dir = cmd.run_dir;
-  train::TrainConfig config;
-  if (cmd.resume) {
-    if (run_dir.empty()) throw std::invalid_argument("--resume needs --run-dir DIR (the run to continue)");
-    if (!cmd.preset.empty()) throw std::invalid_argument("--resume continues with the run's own config; drop --preset (use --set to change keys)");
-    const std::string path = run_dir + "/config.json";
-    if (!std::filesystem::exists(path)) throw std::runtime_error(path + " does not exist: is " + run_dir + " a stableflash run directory?");
-    config = train::from_json(read_file(path), path);
-  } else {
-    config = train::preset(cmd.preset.empty() ? "tiny" : cmd.preset);
-  }
-  if (!cmd.config_file.empty()) train::apply_config_file(config, cmd.config_file);
-  for (const auto& s : cmd.sets) train::apply_assignment(config, s);
-  if (cmd.steps > 0) config.train.steps = cmd.steps;
-  config.validate();
+  if (cmd.resume && run_dir.empty()) throw std::invalid_argument("--resume needs --run-dir DIR (the run to continue)");
+  train::ConfigSources sources;
+  sources.preset = cmd.preset;
+  sources.resume_run_dir = cmd.resume ? run_dir : "";
+  sources.config_file = cmd.config_file;
+  sources.sets = cmd.sets;
+  sources.steps = cmd.steps;
+  const train::TrainConfig config = train::build_config(sources);
   if (cmd.print_config) {
     for (const auto& [k, v] : config.entries()) std::printf("%s=%s\n", k.c_str(), v.c_str());
     return 0;

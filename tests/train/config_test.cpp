@@ -121,3 +121,35 @@ TEST(TrainConfig, JsonRoundTripIsExactAndMismatchesAreListed) {
 
 }  // namespace
 }  // namespace stableflash::train
+
+namespace stableflash::train {
+namespace {
+
+TEST(TrainConfig, BuildAppliesPresetFileSetsAndStepsInOrderAndResumeStartsFromTheRun) {
+  stableflash::testing::ScratchDir dir;
+  std::ofstream(dir.file("c.toml")) << "[train]\nsteps = 40\nseed = 3\n";
+  ConfigSources src;
+  src.preset = "gpt2-124m", src.config_file = dir.file("c.toml"), src.sets = {"train.seed=4"}, src.steps = 0;
+  TrainConfig c = build_config(src);
+  EXPECT_EQ(c.model.n_layer, 12);
+  EXPECT_EQ(c.train.steps, 40);
+  EXPECT_EQ(c.train.seed, 4u);  // --set wins over the file
+  src.steps = 50;
+  EXPECT_EQ(build_config(src).train.steps, 50);  // --steps wins over both
+
+  std::ofstream(dir.file("config.json")) << to_json(c);
+  ConfigSources resume;
+  resume.resume_run_dir = dir.file(""), resume.steps = 99;
+  const TrainConfig r = build_config(resume);
+  EXPECT_EQ(r.model.n_layer, 12);
+  EXPECT_EQ(r.train.seed, 4u);
+  EXPECT_EQ(r.train.steps, 99);
+  resume.preset = "tiny";
+  stableflash::testing::expect_error_mentions([&] { build_config(resume); }, {"--resume", "--preset"});
+  ConfigSources nowhere;
+  nowhere.resume_run_dir = dir.file("missing");
+  stableflash::testing::expect_error_mentions([&] { build_config(nowhere); }, {"missing/config.json", "run directory"});
+}
+
+}  // namespace
+}  // namespace stableflash::train

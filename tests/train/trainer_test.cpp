@@ -12,6 +12,7 @@
 #include "stableflash/data/safetensors.hpp"
 #include "stableflash/train/checkpoint.hpp"
 #include "stableflash/train/run_files.hpp"
+#include "stableflash/train/sampling.hpp"
 #include "stableflash/train/trainer.hpp"
 #include "test_files.hpp"
 #include "train_test_util.hpp"
@@ -191,6 +192,41 @@ TEST_F(Trainer, RefusesMissingShardsDamagedOrMismatchedCheckpointsAndReusedRunDi
   more.train.steps = 6;
   expect_error_mentions([&] { train(more, dir.file("run"), true); }, {"damaged", "model.safetensors", "checksum"});
   EXPECT_EQ(read_bytes(ckpt + "/model.safetensors"), bytes);  // left as it was, for inspection
+}
+
+TEST_F(Trainer, MuonTrainsAndResumesExactly) {
+  TrainConfig c = config();
+  c.optim.kind = optim::OptimizerKind::muon, c.optim.weight_decay = 0.01, c.optim.lr = 5e-3;
+  c.train.steps = 20, c.train.checkpoint_every = 10, c.train.val_every = 0;
+  const auto whole = train(c, dir.file("whole"));
+  EXPECT_LT(whole.steps.back().loss, whole.steps.front().loss - 0.5);
+  TrainConfig half = c;
+  half.train.steps = 10;
+  auto a = losses(train(half, dir.file("split")));
+  for (double x : losses(train(c, dir.file("split"), true))) a.push_back(x);
+  EXPECT_EQ(a, losses(whole));
+}
+
+TEST_F(Trainer, SamplingIsSeededAndDrawsOnlyRealTokens) {
+  TrainConfig c = config();
+  c.model.vocab_size = 250;  // rows 250..255 are padding: never sampled
+  c.train.steps = 30, c.train.checkpoint_every = 0, c.train.val_every = 0;
+  train(c, dir.file("run"));
+  const Checkpoint ckpt = open_checkpoint(latest_checkpoint(dir.file("run")));
+  model::Gpt2<float> m(ckpt.config.model, ckpt.config.layer_attention());
+  load_weights(ckpt, m);
+  SampleOptions o;
+  o.max_new_tokens = 40, o.temperature = 1.0, o.top_k = 0, o.seed = 3;
+  const auto a = generate(m, {1, 2, 3}, o), b = generate(m, {1, 2, 3}, o);
+  EXPECT_EQ(a, b);
+  ASSERT_EQ(a.size(), 43u);  // longer than block_size 16: the context slides
+  for (int id : a) EXPECT_LT(id, 250);
+  SampleOptions greedy = o, top1 = o;
+  greedy.temperature = 0, top1.top_k = 1, top1.seed = 9;
+  EXPECT_EQ(generate(m, {1, 2, 3}, greedy), generate(m, {1, 2, 3}, top1));
+  // 80% of the training tokens are the 16 ids of a cycle: the trained model's greedy choices are among them.
+  const auto g = generate(m, {4, 5, 6, 7}, greedy);
+  for (std::size_t i = 4; i < g.size(); ++i) EXPECT_LT(g[i], 16);
 }
 
 }  // namespace

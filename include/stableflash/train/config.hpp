@@ -77,6 +77,17 @@ void apply_config_file(TrainConfig& config, const std::string& path);
 // Applies "key=value" (as given to --set).
 void apply_assignment(TrainConfig& config, const std::string& assignment);
 
+// Where a run's settings come from, in the order they apply (what `stableflash train` parses).
+struct ConfigSources {
+  std::string preset;             // empty: "tiny", or on resume the run's own config.json
+  std::string resume_run_dir;     // non-empty: start from RUN/config.json (a preset is then refused)
+  std::string config_file;        // optional TOML/JSON file
+  std::vector<std::string> sets;  // "key=value" overrides
+  std::int64_t steps = 0;         // > 0: train.steps
+};
+// Builds and validates the config. Errors name the source.
+TrainConfig build_config(const ConfigSources& sources);
+
 // The config as nested JSON text (RUN/config.json, checkpoints), and back.
 std::string to_json(const TrainConfig& config);
 TrainConfig from_json(const std::string& json_text, const std::string& source);
