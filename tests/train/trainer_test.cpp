@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <omp.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -192,6 +194,19 @@ TEST_F(Trainer, RefusesMissingShardsDamagedOrMismatchedCheckpointsAndReusedRunDi
   more.train.steps = 6;
   expect_error_mentions([&] { train(more, dir.file("run"), true); }, {"damaged", "model.safetensors", "checksum"});
   EXPECT_EQ(read_bytes(ckpt + "/model.safetensors"), bytes);  // left as it was, for inspection
+}
+
+TEST_F(Trainer, LossesDoNotDependOnTheThreadCount) {
+  TrainConfig c = config();
+  c.train.steps = 4, c.train.checkpoint_every = 0;
+  apply_assignment(c, "attention.layer.1.numerics=standard");  // both attention paths
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto one = losses(train(c, dir.file("one")));
+  omp_set_num_threads(3);
+  const auto three = losses(train(c, dir.file("three")));
+  omp_set_num_threads(threads);
+  EXPECT_EQ(one, three);
 }
 
 TEST_F(Trainer, MuonTrainsAndResumesExactly) {
