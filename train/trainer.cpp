@@ -87,7 +87,20 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
   TrainerState state;
   std::string last_checkpoint;
   if (options.resume) {
-    const Checkpoint ckpt = open_checkpoint(latest_checkpoint(options.run_dir));
+    const std::string latest = latest_checkpoint(options.run_dir);
+    Checkpoint ckpt;
+    try {
+      ckpt = open_checkpoint(latest);
+    } catch (const std::runtime_error& e) {
+      // Point at the checkpoints that are still there: the user decides which one to trust.
+      std::string others;
+      for (const auto& c : list_checkpoints(options.run_dir))
+        if (c != latest) others += " " + fs::path(c).filename().string();
+      throw std::runtime_error(std::string(e.what()) +
+                               (others.empty() ? std::string()
+                                               : ". Earlier checkpoints in " + options.run_dir + "/checkpoints:" + others +
+                                                     " (to resume from one, write its name into checkpoints/latest)"));
+    }
     const auto mismatches = resume_mismatches(ckpt.config, config);
     if (!mismatches.empty()) {
       std::string msg = "checkpoint " + ckpt.dir + " was written with another config; refusing to resume:";

@@ -177,8 +177,8 @@ TEST_F(Trainer, RefusesMissingShardsDamagedOrMismatchedCheckpointsAndReusedRunDi
   nodata.data.dir = dir.file("empty");
   expect_error_mentions([&] { train(nodata, dir.file("r0")); }, {"no train shards", "empty"});
 
-  TrainConfig c = config();
-  c.train.steps = 3;
+  TrainConfig c = config();  // checkpoints after steps 3 and 4
+  c.train.steps = 4;
   train(c, dir.file("run"));
   expect_error_mentions([&] { train(c, dir.file("run")); }, {"already holds a run", "--resume"});
 
@@ -192,8 +192,12 @@ TEST_F(Trainer, RefusesMissingShardsDamagedOrMismatchedCheckpointsAndReusedRunDi
   stableflash::testing::write_bytes(ckpt + "/model.safetensors", bytes);
   TrainConfig more = c;
   more.train.steps = 6;
-  expect_error_mentions([&] { train(more, dir.file("run"), true); }, {"damaged", "model.safetensors", "checksum"});
+  expect_error_mentions([&] { train(more, dir.file("run"), true); },
+                        {"step_00000004 is damaged", "model.safetensors", "checksum", "Earlier checkpoints", "step_00000003"});
   EXPECT_EQ(read_bytes(ckpt + "/model.safetensors"), bytes);  // left as it was, for inspection
+  // Following the advice resumes from the previous, intact checkpoint.
+  data::write_file_atomically(dir.file("run/checkpoints/latest"), [](std::ostream& o) { o << "step_00000003\n"; });
+  EXPECT_EQ(train(more, dir.file("run"), true).steps.front().step, 3);
 }
 
 TEST_F(Trainer, LossesDoNotDependOnTheThreadCount) {
