@@ -19,11 +19,11 @@ from transformers import GPT2LMHeadModel
 def main():
     path, prompt, n = sys.argv[1], [int(t) for t in sys.argv[2].split()], int(sys.argv[3])
     model, info = GPT2LMHeadModel.from_pretrained(path, output_loading_info=True)
-    bad = {k: v for k, v in info.items() if v and k != "mismatched_keys" or (k == "mismatched_keys" and v)}
     # transformers lists the causal-mask buffers and the tied head as "missing" in some versions.
     missing = [k for k in info.get("missing_keys", []) if not k.endswith(("attn.bias", "attn.masked_bias", "lm_head.weight"))]
     if missing or info.get("unexpected_keys") or info.get("mismatched_keys"):
-        sys.exit(f"loading info: {bad}")
+        sys.exit(f"weights not loaded as written: missing {missing}, unexpected {info.get('unexpected_keys')}, "
+                 f"mismatched {info.get('mismatched_keys')}")
     model.eval()
     ids = torch.tensor([prompt])
     with torch.no_grad():
