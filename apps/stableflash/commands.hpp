@@ -15,5 +15,7 @@ Runner add_bench_command(CLI::App& app);
 Runner add_encode_command(CLI::App& app);
 Runner add_decode_command(CLI::App& app);
 Runner add_prepare_command(CLI::App& app);
+Runner add_train_command(CLI::App& app);
+Runner add_sample_command(CLI::App& app);
 
 }  // namespace stableflash::cli

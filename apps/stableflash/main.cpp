@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   runners["encode"] = stableflash::cli::add_encode_command(app);
   runners["decode"] = stableflash::cli::add_decode_command(app);
   runners["prepare"] = stableflash::cli::add_prepare_command(app);
+  runners["train"] = stableflash::cli::add_train_command(app);
+  runners["sample"] = stableflash::cli::add_sample_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

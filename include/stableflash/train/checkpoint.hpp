@@ -1,0 +1,54 @@
+// Checkpoints: RUN/checkpoints/step_NNNNNNNN/ holding
+//   model.safetensors     weights with Hugging Face GPT-2 names (Conv1D [in, out] layout; zero
+//                         biases written when the model has none, so GPT2LMHeadModel loads it as is)
+//   config.json           the Hugging Face GPT2Config (vocab_size = the padded vocabulary)
+//   optimizer.safetensors first and second moments, laid out like the flat parameters
+//   trainer_state.json    step, seed, data position, replay log, the full stableflash config
+//   checksums.json        size and FNV-1a 64 of each file above
+// A checkpoint is built in a temporary folder and renamed into place, then RUN/checkpoints/latest
+// is replaced atomically: a crash leaves the previous checkpoint intact and current.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stableflash/model/gpt2.hpp"
+#include "stableflash/optim/optimizer.hpp"
+#include "stableflash/train/config.hpp"
+
+namespace stableflash::train {
+
+struct TrainerState {
+  std::int64_t step = 0;         // optimizer steps completed; the next step to run
+  std::string replay_log;        // the batch log being replayed, empty when sampling by seed
+  double last_loss = 0.0;
+};
+
+// Writes a checkpoint for `state.step` and returns its folder; prunes all but the newest
+// `config.train.keep_checkpoints`. Throws naming the path on failure (earlier checkpoints untouched).
+std::string save_checkpoint(const std::string& run_dir, const TrainConfig& config, const model::Gpt2<float>& model,
+                            const optim::Optimizer<float>& optimizer, const TrainerState& state);
+
+struct Checkpoint {
+  std::string dir;
+  TrainConfig config;
+  TrainerState state;
+};
+
+// The folder named by RUN/checkpoints/latest; throws (naming the run) when there is none.
+std::string latest_checkpoint(const std::string& run_dir);
+// Every checkpoint folder of a run, oldest first.
+std::vector<std::string> list_checkpoints(const std::string& run_dir);
+
+// Verifies the checksums and reads the config and trainer state. Throws naming the folder and
+// the damaged or missing file; nothing on disk is changed.
+Checkpoint open_checkpoint(const std::string& dir);
+// Loads weights (and optimizer state) into objects built from the checkpoint's config.
+void load_weights(const Checkpoint& ckpt, model::Gpt2<float>& model);
+void load_optimizer(const Checkpoint& ckpt, optim::Optimizer<float>& optimizer);
+
+// FNV-1a 64 of a file's bytes, as 16 hex digits.
+std::string file_checksum(const std::string& path);
+
+}  // namespace stableflash::train

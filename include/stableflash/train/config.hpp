@@ -1,0 +1,103 @@
+// The trainer's configuration: typed fields, the dotted keys that set them (config files and
+// `--set key=value` use the same keys), presets, and per-layer attention settings.
+// docs/training.md lists every key.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stableflash/model/gpt2.hpp"
+#include "stableflash/optim/optimizer.hpp"
+
+namespace stableflash::train {
+
+// One layer's attention, as key -> value strings (keys of kAttentionKeys). The defaults apply to
+// every layer; `attention.layer.N.KEY` overrides layer N (0-based: the paper's "second layer" is 1).
+using AttentionSettings = std::map<std::string, std::string>;
+
+// The attention settings a run gets unless told otherwise: the single place that decides the
+// trainer's default numerics (numerics.md "Measured already" and issue 6: fused numerics, delta
+// from the compensated output, the hashed per-row offset policy).
+AttentionSettings recommended_attention();
+
+struct TrainSettings {
+  std::int64_t steps = 300;        // optimizer steps to reach (a resumed run continues up to this)
+  int batch_size = 8;              // sequences per micro-batch
+  int seq_len = 128;               // tokens per sequence (<= model.block_size)
+  int grad_accum = 1;              // micro-batches per optimizer step
+  std::uint64_t seed = 1337;       // initialisation and window sampling
+  std::int64_t val_every = 50;     // 0 disables validation
+  int val_batches = 4;             // micro-batches of held-out windows per validation
+  std::int64_t checkpoint_every = 100;  // 0: only at the end
+  int keep_checkpoints = 2;        // newest checkpoints kept in RUN/checkpoints
+  bool operator==(const TrainSettings&) const = default;
+};
+
+struct DataSettings {
+  std::string dir;                  // folder of {train,val}_NNNNNN.bin shards
+  std::string train_split = "train";
+  std::string val_split = "val";
+  bool operator==(const DataSettings&) const = default;
+};
+
+struct TrainConfig {
+  std::string preset = "tiny";
+  model::Gpt2Config model;
+  optim::OptimizerConfig optim;
+  TrainSettings train;
+  DataSettings data;
+  AttentionSettings attention_default = recommended_attention();
+  std::map<int, AttentionSettings> attention_layer;  // overrides by layer index
+
+  // Sets one dotted key from its text form; `source` names where it came from ("--set",
+  // "config.toml") in errors. Throws std::invalid_argument naming the key and the valid values.
+  void set(const std::string& key, const std::string& value, const std::string& source);
+  // Every key with its current value, in documentation order (attention overrides last).
+  std::vector<std::pair<std::string, std::string>> entries() const;
+
+  // Checks every field and the attention settings of every layer; throws naming the key.
+  void validate() const;
+  // The attention of each layer, resolved from the defaults and the overrides.
+  std::vector<model::LayerAttention> layer_attention() const;
+  // Tokens one optimizer step trains on.
+  std::int64_t tokens_per_step() const { return std::int64_t(train.batch_size) * train.seq_len * train.grad_accum; }
+};
+
+// Names of the presets: "tiny" (the default), "gpt2-124m", "gpt2-350m".
+std::vector<std::string> preset_names();
+// Throws std::invalid_argument listing the valid names.
+TrainConfig preset(const std::string& name);
+
+// Reads a TOML (.toml) or JSON (.json) file of nested tables/objects whose dotted paths are the
+// keys, and applies it on top of `config`. Errors name the file and the key.
+void apply_config_file(TrainConfig& config, const std::string& path);
+// Applies "key=value" (as given to --set).
+void apply_assignment(TrainConfig& config, const std::string& assignment);
+
+// Where a run's settings come from, in the order they apply (what `stableflash train` parses).
+struct ConfigSources {
+  std::string preset;             // empty: "tiny", or on resume the run's own config.json
+  std::string resume_run_dir;     // non-empty: start from RUN/config.json (a preset is then refused)
+  std::string config_file;        // optional TOML/JSON file
+  std::vector<std::string> sets;  // "key=value" overrides
+  std::int64_t steps = 0;         // > 0: train.steps
+};
+// Builds and validates the config. Errors name the source.
+TrainConfig build_config(const ConfigSources& sources);
+
+// The config as nested JSON text (RUN/config.json, checkpoints), and back.
+std::string to_json(const TrainConfig& config);
+TrainConfig from_json(const std::string& json_text, const std::string& source);
+
+// Keys whose values must agree between a checkpoint and the run that resumes from it (everything
+// that changes what the steps compute); returns "key: checkpoint has A, this run has B" lines.
+std::vector<std::string> resume_mismatches(const TrainConfig& checkpoint, const TrainConfig& run);
+
+// The default data folder: <source tree>/.deps/corpus/shards, where scripts/setup-corpus.sh builds
+// the default corpus.
+std::string default_data_dir();
+
+}  // namespace stableflash::train

@@ -1,0 +1,50 @@
+// The CPU training loop: seeded random windows (or a replayed batch log), gradient accumulation,
+// clipping, the schedule, validation, metrics, progress, checkpoints and exact resume.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "stableflash/train/config.hpp"
+
+namespace stableflash::train {
+
+struct StepMetrics {
+  std::int64_t step = 0;  // 0-based index of the optimizer step; loss is measured before its update
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
+  std::optional<double> val_loss;  // after this step's update, when evaluated
+};
+
+struct TrainOptions {
+  std::string run_dir;
+  bool resume = false;          // continue from RUN/checkpoints/latest
+  std::string replay_log;       // train on exactly these windows (a batch log of an earlier run)
+  bool progress = true;         // progress bar on stderr
+  std::function<void(const StepMetrics&)> on_step;  // called after every step (tests, tools)
+};
+
+struct TrainResult {
+  std::vector<StepMetrics> steps;  // the steps this call ran
+  std::string last_checkpoint;
+};
+
+// Thrown when the loss (or the gradient norm) is NaN or infinite: names the step and the last good
+// checkpoint, which is left as it was.
+struct NonFiniteLoss : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Validates the config, prepares RUN_DIR (config.json, metrics.jsonl, batches.log,
+// checkpoints/) and trains up to config.train.steps. Errors name what is wrong (missing shards,
+// a mismatched or damaged checkpoint, a replay log for other data).
+TrainResult run_training(const TrainConfig& config, const TrainOptions& options);
+
+// When sampling by seed, step s draws its batch_size * grad_accum windows (seq_len + 1 tokens each)
+// from SplitMix64(data_seed(train.seed), s): the data position is the step number itself.
+std::uint64_t data_seed(std::uint64_t seed);
+
+}  // namespace stableflash::train

@@ -1,0 +1,214 @@
+// The CPU training loop (see trainer.hpp).
+#include "stableflash/train/trainer.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "stableflash/data/atomic_file.hpp"
+#include "stableflash/data/shards.hpp"
+#include "stableflash/model/gpt2.hpp"
+#include "stableflash/optim/optimizer.hpp"
+#include "stableflash/train/checkpoint.hpp"
+#include "stableflash/train/progress.hpp"
+#include "stableflash/train/run_files.hpp"
+
+namespace stableflash::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Distinct streams for training windows and validation windows, apart from the weight init
+// (which uses SplitMix64(seed, tensor index)).
+constexpr std::uint64_t kDataSalt = 0x5851f42d4c957f2dull;
+constexpr std::uint64_t kValSalt = 0x14057b7ef767814full;
+
+std::vector<std::string> shards_or_explain(const TrainConfig& c, const std::string& split) {
+  const std::string how = "Build the default corpus with scripts/setup-corpus.sh, or point data.dir at a folder of llm.c token shards "
+                          "(--set data.dir=DIR).";
+  if (!fs::is_directory(c.data.dir)) throw std::runtime_error("data.dir " + c.data.dir + " does not exist. " + how);
+  auto paths = data::list_shards(c.data.dir, split);
+  if (paths.empty()) throw std::runtime_error("no " + split + " shards (" + split + "_NNNNNN.bin) in " + c.data.dir + ". " + how);
+  return paths;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string metrics_line(const StepMetrics& m) {
+  std::string s = "{\"step\": " + std::to_string(m.step) + ", \"loss\": " + fmt("%.9g", m.loss) + ", \"lr\": " + fmt("%.17g", m.lr) +
+                  ", \"grad_norm\": " + fmt("%.9g", m.grad_norm) + ", \"tokens_per_s\": " + fmt("%.1f", m.tokens_per_s);
+  if (m.val_loss) s += ", \"val_loss\": " + fmt("%.9g", *m.val_loss);
+  return s + "}\n";
+}
+
+// Tokens of windows [first, first + count) into inputs/targets [count, T].
+void fill_batch(const data::ShardSet& set, const std::vector<data::WindowStart>& windows, std::size_t first, int count, int len,
+                std::vector<int>& inputs, std::vector<int>& targets) {
+  inputs.resize(std::size_t(count) * len), targets.resize(std::size_t(count) * len);
+  for (int b = 0; b < count; ++b) {
+    const auto w = set.window(windows[first + b], std::size_t(len) + 1);
+    for (int t = 0; t < len; ++t) {
+      inputs[std::size_t(b) * len + t] = w[t];
+      targets[std::size_t(b) * len + t] = w[t + 1];
+    }
+  }
+}
+
+}  // namespace
+
+std::uint64_t data_seed(std::uint64_t seed) { return seed ^ kDataSalt; }
+
+TrainResult run_training(const TrainConfig& config, const TrainOptions& options) {
+  config.validate();
+  if (options.run_dir.empty()) throw std::invalid_argument("a run directory is needed (--run-dir)");
+  const TrainSettings& ts = config.train;
+  const int B = ts.batch_size, T = ts.seq_len;
+  const int windows_per_step = B * ts.grad_accum;
+
+  // Data first: a missing corpus should fail before anything is written.
+  const data::ShardSet train_set(shards_or_explain(config, config.data.train_split));
+  std::optional<data::ShardSet> val_set;
+  if (ts.val_every > 0) val_set.emplace(shards_or_explain(config, config.data.val_split));
+  BatchLogHeader header;
+  for (std::size_t i = 0; i < train_set.shard_count(); ++i) header.shards.push_back(fs::path(train_set.shard(i).path()).filename().string());
+  header.windows_per_step = windows_per_step;
+  header.window_tokens = T + 1;
+
+  model::Gpt2<float> model(config.model, config.layer_attention());
+  optim::Optimizer<float> optimizer(config.optim, model.tensors());
+  TrainerState state;
+  std::string last_checkpoint;
+  if (options.resume) {
+    const std::string latest = latest_checkpoint(options.run_dir);
+    Checkpoint ckpt;
+    try {
+      ckpt = open_checkpoint(latest);
+    } catch (const std::runtime_error& e) {
+      // Point at the checkpoints that are still there: the user decides which one to trust.
+      std::string others;
+      for (const auto& c : list_checkpoints(options.run_dir))
+        if (c != latest) others += " " + fs::path(c).filename().string();
+      throw std::runtime_error(std::string(e.what()) +
+                               (others.empty() ? std::string()
+                                               : ". Earlier checkpoints in " + options.run_dir + "/checkpoints:" + others +
+                                                     " (to resume from one, write its name into checkpoints/latest)"));
+    }
+    const auto mismatches = resume_mismatches(ckpt.config, config);
+    if (!mismatches.empty()) {
+      std::string msg = "checkpoint " + ckpt.dir + " was written with another config; refusing to resume:";
+      for (const auto& m : mismatches) msg += "\n  " + m;
+      throw std::runtime_error(msg);
+    }
+    load_weights(ckpt, model);
+    load_optimizer(ckpt, optimizer);
+    state = ckpt.state;
+    last_checkpoint = ckpt.dir;
+  } else {
+    if (fs::exists(fs::path(options.run_dir) / "checkpoints" / "latest"))
+      throw std::runtime_error(options.run_dir + " already holds a run with checkpoints; continue it with --resume or choose another --run-dir");
+    model.init_weights(ts.seed);
+  }
+  if (!options.replay_log.empty()) state.replay_log = fs::absolute(options.replay_log).string();
+  std::optional<BatchLog> replay;
+  if (!state.replay_log.empty()) {
+    replay = BatchLog::read(state.replay_log);
+    if (replay->header.windows_per_step != windows_per_step || replay->header.window_tokens != T + 1)
+      throw std::runtime_error(state.replay_log + ": logged " + std::to_string(replay->header.windows_per_step) + " windows of " +
+                               std::to_string(replay->header.window_tokens) + " tokens per step; this config takes " +
+                               std::to_string(windows_per_step) + " of " + std::to_string(T + 1));
+    if (replay->header.shards != header.shards)
+      throw std::runtime_error(state.replay_log + ": logged on other training shards than those in " + config.data.dir);
+    if (std::int64_t(replay->steps.size()) < ts.steps)
+      throw std::runtime_error(state.replay_log + ": holds " + std::to_string(replay->steps.size()) + " steps; train.steps is " +
+                               std::to_string(ts.steps) + " (use --steps " + std::to_string(replay->steps.size()) + " or fewer)");
+  }
+
+  fs::create_directories(options.run_dir);
+  const std::string run = options.run_dir;
+  data::write_file_atomically(run + "/config.json", [&](std::ostream& o) { o << to_json(config); });
+  truncate_metrics(run + "/metrics.jsonl", state.step);
+  BatchLogWriter batch_log(run + "/batches.log", header, state.step);
+  std::ofstream metrics(run + "/metrics.jsonl", std::ios::app);
+  if (!metrics) throw std::runtime_error(run + "/metrics.jsonl: cannot open for appending");
+
+  // Held-out windows, fixed for the whole run so validation losses compare across steps.
+  std::vector<data::WindowStart> val_windows;
+  if (val_set) {
+    SplitMix64 rng(ts.seed ^ kValSalt);
+    for (int i = 0; i < ts.val_batches * B; ++i) val_windows.push_back(val_set->sample(rng, std::size_t(T) + 1));
+  }
+  std::vector<int> inputs, targets;
+  auto validate_loss = [&]() {
+    double sum = 0;
+    for (int k = 0; k < ts.val_batches; ++k) {
+      fill_batch(*val_set, val_windows, std::size_t(k) * B, B, T, inputs, targets);
+      sum += double(model.forward(inputs, targets, B, T));
+    }
+    return sum / ts.val_batches;
+  };
+
+  Progress progress(options.progress, state.step, ts.steps, config.tokens_per_step());
+  TrainResult result;
+  result.last_checkpoint = last_checkpoint;
+  for (std::int64_t step = state.step; step < ts.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<data::WindowStart> windows;
+    if (replay) {
+      windows = replay->steps[std::size_t(step)];
+    } else {
+      SplitMix64 rng(data_seed(ts.seed), std::uint64_t(step));
+      for (int i = 0; i < windows_per_step; ++i) windows.push_back(train_set.sample(rng, std::size_t(T) + 1));
+    }
+    batch_log.append(step, windows);
+
+    model.zero_grad();
+    float loss_sum = 0;
+    for (int micro = 0; micro < ts.grad_accum; ++micro) {
+      fill_batch(train_set, windows, std::size_t(micro) * B, B, T, inputs, targets);
+      loss_sum += model.forward(inputs, targets, B, T);
+      model.backward(1.0f / float(ts.grad_accum));
+    }
+    StepMetrics m;
+    m.step = step;
+    m.loss = loss_sum / float(ts.grad_accum);
+    m.grad_norm = optim::clip_grad_norm(model.grads(), config.optim.grad_clip);
+    if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {
+      progress.finish();
+      throw NonFiniteLoss(std::string(std::isfinite(m.loss) ? "gradient norm" : "loss") + " is " +
+                          fmt("%g", std::isfinite(m.loss) ? m.grad_norm : m.loss) + " at step " + std::to_string(step) +
+                          "; stopped before updating the weights. " +
+                          (last_checkpoint.empty() ? std::string("No checkpoint was written yet.")
+                                                   : "The last good checkpoint is " + last_checkpoint + " (step " +
+                                                         std::to_string(state.step) + "); it is left as it was."));
+    }
+    m.lr = optim::learning_rate(config.optim, step);
+    optimizer.step(model.params(), model.grads(), m.lr);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    m.tokens_per_s = double(config.tokens_per_step()) / std::max(seconds, 1e-9);
+    const bool last = step + 1 == ts.steps;
+    if (val_set && ((step + 1) % ts.val_every == 0 || last)) m.val_loss = validate_loss();
+    metrics << metrics_line(m) << std::flush;
+    if (!metrics) throw std::runtime_error(run + "/metrics.jsonl: write failed");
+    state.step = step + 1;
+    state.last_loss = m.loss;
+    if (last || (ts.checkpoint_every > 0 && (step + 1) % ts.checkpoint_every == 0)) {
+      last_checkpoint = save_checkpoint(run, config, model, optimizer, state);
+      result.last_checkpoint = last_checkpoint;
+    }
+    progress.update(m);
+    result.steps.push_back(m);
+    if (options.on_step) options.on_step(m);
+  }
+  progress.finish();
+  return result;
+}
+
+}  // namespace stableflash::train
