@@ -6,7 +6,7 @@
 #
 #   here (no GPU):   scripts/device-check.sh pack     # copies the CUDA build's binaries to build-cuda/devbin
 #                                                     # and the peer scripts to .peers
-#   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-audit] [--skip-bench]
+#   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-audit] [--skip-peer-values] [--skip-bench]
 #
 # The binaries come from a CUDA build (cmake -S . -B build-cuda -DSTABLEFLASH_CUDA=ON; ninja -C build-cuda),
 # so the GPU machine compiles nothing.
@@ -26,7 +26,7 @@ if [ "${1:-}" = "pack" ]; then
   exit 0
 fi
 
-quick=0 tests=1 sanitizer=1 bench=1 audit=1
+quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1
 for a in "$@"; do
   case "$a" in
     --quick) quick=1 ;;
@@ -34,12 +34,14 @@ for a in "$@"; do
     --skip-sanitizer) sanitizer=0 ;;
     --skip-bench) bench=0 ;;
     --skip-audit) audit=0 ;;
+    --skip-peer-values) peer_values=0 ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
 done
 OUT=${OUT:-/tmp/stableflash-device}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export SF_BIN="$PWD/$BIN" SF_PEERS="$PWD/$PEERS"
 status=0
 step() { echo; echo "=== $* ($(date +%T))"; }
 
@@ -115,6 +117,46 @@ sys.exit(1 if flips else 0)
 EOF
 fi
 
+if [ $peer_values = 1 ]; then
+  step "identical inputs: ours (fused) vs SDPA flash/cuDNN, errors against the FP64 reference"
+  values_dir=$(mktemp -d)  # inputs and outputs stay out of $OUT (they are large)
+  PYTHONUNBUFFERED=1 python3 - "$values_dir" <<'EOF' | tee "$OUT/peer-values.txt" || status=1
+import json, subprocess, sys, os
+import torch
+from safetensors.torch import save_file, load_file
+out, bin_dir, peers = sys.argv[1], os.environ["SF_BIN"], os.environ["SF_PEERS"]
+cases = [((2, 4, 1000, 64), True), ((1, 3, 777, 128), False), ((2, 2, 1025, 128), True)]
+failed = 0
+for i, (shape, causal) in enumerate(cases):
+    g = torch.Generator().manual_seed(100 + i)
+    t = {n: torch.randn(shape, generator=g).to(torch.bfloat16) for n in ("q", "k", "v", "do")}
+    src = f"{out}/values-{i}.safetensors"
+    save_file(t, src)
+    flag = ["--causal"] if causal else []
+    def run(cmd):
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run([f"{bin_dir}/stableflash", "attention", src, "-o", f"{out}/ours-{i}.st", "--device", "cuda"] + flag)
+    run([f"{bin_dir}/stableflash", "attention", src, "-o", f"{out}/ref-{i}.st", "--numerics", "reference"] + flag)
+    for b in ("flash", "cudnn"):
+        run(["python3", f"{peers}/torch_peers.py", "values", "--in", src, "--out", f"{out}/{b}-{i}.st", "--backend", b] + flag)
+    ref = load_file(f"{out}/ref-{i}.st")
+    res = {name: load_file(f"{out}/{name}-{i}.st") for name in ("ours", "flash", "cudnn")}
+    line = f"{shape} {'causal' if causal else 'full'}:"
+    for n, factor in (("o", 2.0), ("dq", 3.0), ("dk", 3.0), ("dv", 3.0)):
+        r = ref[n].double()
+        err = {k: (v[n].double() - r).abs().max().item() for k, v in res.items()}
+        mx = r.abs().max().item()
+        ulp = 2.0 ** (torch.floor(torch.log2(torch.tensor(mx))).item() - 7)  # BF16 ulp at max|ref|
+        ok = err["ours"] <= factor * err["flash"] + ulp  # the peer: SDPA flash (FlashAttention-2)
+        failed += not ok
+        line += f"  {n}: ours {err['ours']:.3g} flash {err['flash']:.3g} cudnn {err['cudnn']:.3g} {'ok' if ok else 'FAIL'}"
+    print(line)
+print(f"ours within 2x (forward) / 3x (gradients) SDPA flash's error + 1 ulp: {'yes' if not failed else 'NO'}")
+sys.exit(1 if failed else 0)
+EOF
+  rm -rf "$values_dir"
+fi
+
 if [ $bench = 1 ]; then
   step "benchmark: ours"
   shapes="16x12x1024x64:causal,16x12x1024x64:full,8x16x4096x128:causal,2x16x16384x128:causal"
@@ -125,9 +167,9 @@ if [ $bench = 1 ]; then
     --delta-source rounded --json "$OUT/ours-paper.jsonl" | tee "$OUT/ours-paper.txt" || status=1
   "$BIN"/stableflash bench attention --shapes "16x12x1024x64:causal,8x16x4096x128:causal" --numerics fused --policy standard \
     --delta-source exact --json "$OUT/ours-exact.jsonl" | tee "$OUT/ours-exact.txt" || status=1
-  STABLEFLASH_FORWARD_KERNEL=mma "$BIN"/stableflash bench attention --shapes "$shapes" --numerics fused --policy standard \
+  STABLEFLASH_FORWARD_KERNEL=mma STABLEFLASH_BACKWARD_KERNEL=mma "$BIN"/stableflash bench attention --shapes "$shapes" --numerics fused --policy standard \
     --delta-source rounded --no-check --json "$OUT/mma-sync-fused.jsonl" | tee "$OUT/mma-sync-fused.txt" || status=1
-  sed -i 's/"numerics": "fused"/"numerics": "fused (mma.sync fwd)"/' "$OUT/mma-sync-fused.jsonl"
+  sed -i 's/"numerics": "fused"/"numerics": "fused (mma.sync)"/' "$OUT/mma-sync-fused.jsonl"
   cat "$OUT"/ours-*.jsonl "$OUT/mma-sync-fused.jsonl" >"$OUT/ours.jsonl"
 
   step "benchmark: peers (PyTorch SDPA flash = FlashAttention-2, cuDNN)"

@@ -136,6 +136,14 @@ ForwardKernel forward_kernel_kind() {
   return kind;
 }
 
+ForwardKernel backward_kernel_kind() {
+  static const ForwardKernel kind = [] {
+    const char* env = std::getenv("STABLEFLASH_BACKWARD_KERNEL");
+    return env && std::string(env) == "mma" ? ForwardKernel::mma_sync : ForwardKernel::wgmma;
+  }();
+  return kind;
+}
+
 bool built() { return true; }
 
 bool has_device() {
@@ -221,6 +229,10 @@ void backward(const BackwardArgs& a, const AttentionOptions& opt) {
   const AttentionShape& s = a.shape;
   const cudaStream_t stream = stream_of(opt);
   BackwardParams p = backward_params(a, opt);
+  if (backward_kernel_kind() == ForwardKernel::wgmma) {
+    p.tma_q = tensor_map(a.q, s, s.q_len, p.q_strides), p.tma_do = tensor_map(a.d_o, s, s.q_len, p.q_strides);
+    p.tma_k = tensor_map(a.k, s, s.k_len, p.k_strides), p.tma_v = tensor_map(a.v, s, s.k_len, p.k_strides);
+  }
   constexpr int kBlockQ = 64;  // BackwardTraits<*>::kBlockQ (one dQ turn counter per query block)
   const std::size_t rows = std::size_t(s.rows());
   const std::size_t sems = opt.deterministic ? std::size_t(s.batch) * s.heads * ((s.q_len + kBlockQ - 1) / kBlockQ) : 0;

@@ -40,6 +40,7 @@ struct ForwardParams {
 };
 
 struct BackwardParams {
+  CUtensorMap tma_q, tma_k, tma_v, tma_do;  // wgmma kernel: as ForwardParams' maps
   const std::uint16_t *q, *k, *v, *o, *o_residual, *d_o;
   const float* lse;   // [B, H, Tq]
   float* delta;       // [B, H, Tq] (written by the delta kernels, read by the main kernel)

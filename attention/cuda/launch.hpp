@@ -17,6 +17,8 @@ namespace stableflash::attention::cuda {
 // selects the latter (benchmarks, bisecting).
 enum class ForwardKernel { wgmma, mma_sync };
 ForwardKernel forward_kernel_kind();
+// The same choice for the backward's main kernel: STABLEFLASH_BACKWARD_KERNEL=mma or wgmma.
+ForwardKernel backward_kernel_kind();
 
 template <int D, bool kPaper>
 void launch_forward(const ForwardParams& p, ShiftPolicy policy, cudaStream_t stream);

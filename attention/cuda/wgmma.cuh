@@ -86,6 +86,28 @@ __device__ __forceinline__ void wgmma_m64n128_rs(float (&c)[16][4], const std::u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
 }
 
+// C[64 x N] (+)= A[64 x 16] * B[16 x N], both from shared memory and MN-major (A stored [k][m],
+// B stored [k][n]): the backward's dQ = dS K with dS read from its transpose dS^T.
+__device__ __forceinline__ void wgmma_m64n64_ss_tt(float (&c)[8][4], std::uint64_t a, std::uint64_t b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31},"
+      " %32, %33, p, 1, 1, 1, 1;\n}\n"
+      : SF_ACC8(0), SF_ACC8(2), SF_ACC8(4), SF_ACC8(6)
+      : "l"(a), "l"(b), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_m64n128_ss_tt(float (&c)[16][4], std::uint64_t a, std::uint64_t b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63},"
+      " %64, %65, p, 1, 1, 1, 1;\n}\n"
+      : SF_ACC8(0), SF_ACC8(2), SF_ACC8(4), SF_ACC8(6), SF_ACC8(8), SF_ACC8(10), SF_ACC8(12), SF_ACC8(14)
+      : "l"(a), "l"(b), "r"(scale_d));
+}
+
 #undef SF_ACC8
 
 // P V for a 64-wide d block or the whole D = 128.
@@ -96,6 +118,25 @@ __device__ __forceinline__ void wgmma_pv(float (&c)[D / 8][4], const std::uint32
   } else {
     wgmma_m64n128_rs(c, a, b);
   }
+}
+
+template <int D>
+__device__ __forceinline__ void wgmma_ss_tt(float (&c)[D / 8][4], std::uint64_t a, std::uint64_t b, int scale_d) {
+  if constexpr (D == 64) {
+    wgmma_m64n64_ss_tt(c, a, b, scale_d);
+  } else {
+    wgmma_m64n128_ss_tt(c, a, b, scale_d);
+  }
+}
+
+// The same for the A fragments of register-A products: they must stay untouched until the
+// wgmma that reads them completes.
+template <int N>
+__device__ __forceinline__ void fence_registers(std::uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e])::"memory");
 }
 
 }  // namespace stableflash::attention::cuda
