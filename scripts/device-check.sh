@@ -19,8 +19,13 @@ if [ "${1:-}" = "pack" ]; then
   mkdir -p "$BIN" "$PEERS"
   cp build-cuda/stableflash build-cuda/tests/attention_gpu/attention_gpu_tests "$BIN"/
   strip "$BIN"/stableflash "$BIN"/attention_gpu_tests 2>/dev/null || true
-  cudart=$(ldd build-cuda/stableflash | awk '/libcudart/ {print $3}')
-  [ -n "$cudart" ] && cp -L "$cudart" "$BIN"/
+  # shared libraries the GPU image may lack (CUDA runtime, toml++, pcre2, zstd, OpenMP); the C and
+  # C++ runtimes there are newer than ours and stay the system's
+  for bin in build-cuda/stableflash build-cuda/tests/attention_gpu/attention_gpu_tests; do
+    ldd "$bin" | awk '$3 ~ /^\// {print $3}' |
+      grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' |
+      while read -r lib; do cp -L "$lib" "$BIN"/; done
+  done
   cp ../shared/peers/*.py "$PEERS"/
   du -sh "$BIN" "$PEERS"
   exit 0
@@ -87,6 +92,8 @@ def load(f):
             out[tuple(r[k] for k in KEYS)] = r
     return out
 cpu, gpu = load(sys.argv[1]), load(sys.argv[2])
+if not cpu:
+    sys.exit("the audit produced no rows")
 if cpu.keys() != gpu.keys():
     sys.exit("the two audits cover different rows")
 def val(x):

@@ -13,6 +13,16 @@
 
 namespace stableflash::attention::cuda {
 
+// Policies whose choice depends on a per-row constant may expose it (shift_policies.hpp).
+template <class Policy>
+__host__ __device__ constexpr bool has_row_constant() {
+  if constexpr (requires { Policy::has_row_constant; }) {
+    return Policy::has_row_constant;
+  } else {
+    return false;
+  }
+}
+
 template <class Policy>
 __device__ __forceinline__ Policy make_policy(const PolicyParams& params) {
   if constexpr (std::is_same_v<Policy, PublishedShift>) {
@@ -82,6 +92,7 @@ struct ForwardRows {
   const int lrow0;       // the same row within the CTA (index into events)
   const std::uint32_t b, h;
   int last[MR][2];       // last visible key per row; -1 for rows past Tq (never stored)
+  float row_const[MR][2];  // the policy's per-row constant (hashed offset), if it has one
   float m[MR][2];        // the shift in use (-inf until the row sees a key)
   float l[MR][2];        // fused: this thread's partial row sum; paper: the BF16 row sum
   float l_shadow[MR][2]; // paper: the FP32 row sum of the shadow accumulation
@@ -112,6 +123,7 @@ struct ForwardRows {
       for (int hf = 0; hf < 2; ++hf) {
         const int i = row0 + mi * 16 + 8 * hf;
         last[mi][hf] = i < p.q_len ? last_key(i, p.q_len, p.k_len, p.causal != 0) : -1;
+        if constexpr (has_row_constant<Policy>()) row_const[mi][hf] = policy.row_constant(RowId{b, h, std::uint32_t(i)});
         m[mi][hf] = -kInf, l[mi][hf] = 0.0f, l_shadow[mi][hf] = 0.0f;
         m_unit[mi][hf] = -kInf, c_unit[mi][hf] = 1.0f, l_unit[mi][hf] = 0.0f;
         top_at(mi, hf, 0) = top_at(mi, hf, 1) = -kInf;
@@ -197,8 +209,12 @@ struct ForwardRows {
         float m_new = m_old;
         bool fell = false;
         if (active) {
-          const RowId id{b, h, std::uint32_t(row0 + mi * 16 + 8 * hf)};
-          const ShiftChoice choice = policy.choose(r_m, near, id, kPrec);
+          ShiftChoice choice;
+          if constexpr (has_row_constant<Policy>()) {
+            choice = policy.choose_with(row_const[mi][hf], r_m, near, kPrec);
+          } else {
+            choice = policy.choose(r_m, near, RowId{b, h, std::uint32_t(row0 + mi * 16 + 8 * hf)}, kPrec);
+          }
           fell = choice.fell_back;
           m_new = fmaxf(m_old, choice.m);
         }

@@ -105,6 +105,13 @@ struct HashedOffsetShift {
   SF_HD ShiftChoice choose(float r_m, int, RowId row, ShiftPrecision p) const {
     return offset_shift(r_m, hashed_row_offset(row), p);
   }
+  // The offset depends on the row alone: kernels that call choose() once per row and key tile
+  // compute it once (row_constant) and pass it back (choose_with); same result as choose().
+  static constexpr bool has_row_constant = true;
+  SF_HD float row_constant(RowId row) const { return hashed_row_offset(row); }
+  SF_HD ShiftChoice choose_with(float row_constant_value, float r_m, int, ShiftPrecision p) const {
+    return offset_shift(r_m, row_constant_value, p);
+  }
 };
 
 // The same offset idea with one constant offset ln(4/3) (P-bar max = 0.75 in every row). Kept as
