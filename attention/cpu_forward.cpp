@@ -81,6 +81,35 @@ void tile_scores(const HeadInputs& in, int i, int j0, int n, int dim, float* s, 
   for (int j = 0; j < n; ++j) s[j] = score(detail::dot_fp32(qi, in.k + std::int64_t(j0 + j) * dim, dim));
 }
 
+// The tile's new running shift: the policy's choice for the tile's row maximum, merged with the
+// running m; also records the repeated-maximum and fallback events.
+template <class Policy>
+float next_shift(const Policy& policy, const float* s, int n, RowId row, ShiftPrecision p, float m, RepeatedMaxTracker& rep,
+                 RowResult& res) {
+  rep.add_tile(s, n);
+  const float r_m = *std::max_element(s, s + n);
+  const ShiftChoice choice = policy.choose(r_m, near_max_count(policy, s, n, r_m, p), row, p);
+  res.fell_back |= choice.fell_back;
+  return std::max(m, choice.m);
+}
+
+// P-bar of a tile through the mode's `pbar`, its P-bar*V operands (`operand`) into w.p_operand,
+// and the row-sum terms through `sum_term`; returns the FP32 tile sum and records a tie event
+// (>= 2 operands exactly 1.0).
+template <class PbarFn, class OperandFn, class SumTermFn>
+float tile_pbar(int n, RowScratch& w, RowResult& res, PbarFn pbar, OperandFn operand, SumTermFn sum_term) {
+  detail::Fp32Accumulator tile_sum;
+  int ones = 0;
+  for (int j = 0; j < n; ++j) {
+    const float p = pbar(w.s[j]);
+    tile_sum.add(sum_term(p));
+    w.p_operand[j] = operand(p);
+    ones += w.p_operand[j] == 1.0f;
+  }
+  res.tie_event |= ones >= 2;
+  return tile_sum.value();
+}
+
 template <class Policy>
 RowResult paper_row(const Policy& policy, const AttentionOptions& opt, const HeadInputs& in, RowId row, int last,
                     int dim, float scale, RowScratch& w, float* o_out, float* lse_out, float* residual_out) {
@@ -93,22 +122,9 @@ RowResult paper_row(const Policy& policy, const AttentionOptions& opt, const Hea
   for (int j0 = 0; j0 <= last; j0 += bc) {
     const int n = std::min(bc, last + 1 - j0);  // keys past `last` are masked: they never count
     tile_scores(in, int(row.i), j0, n, dim, w.s.data(), [&](float dot) { return paper::score(dot, scale); });
-    rep.add_tile(w.s.data(), n);
-    const float r_m = *std::max_element(w.s.begin(), w.s.begin() + n);
-    const ShiftChoice choice =
-        policy.choose(r_m, near_max_count(policy, w.s.data(), n, r_m, ShiftPrecision::bf16), row, ShiftPrecision::bf16);
-    res.fell_back |= choice.fell_back;
-    const float m_new = std::max(m, choice.m);
-    detail::Fp32Accumulator tile_sum;
-    int ones = 0;
-    for (int j = 0; j < n; ++j) {
-      const float p = paper::pbar(w.s[j], m_new);
-      tile_sum.add(p);
-      w.p_operand[j] = paper::pbar_operand(p);
-      ones += w.p_operand[j] == 1.0f;
-    }
-    res.tie_event |= ones >= 2;
-    const float l_tile = paper::clamp_tile_sum(tile_sum.value());
+    const float m_new = next_shift(policy, w.s.data(), n, row, ShiftPrecision::bf16, m, rep, res);
+    const float l_tile = paper::clamp_tile_sum(
+        tile_pbar(n, w, res, [&](float x) { return paper::pbar(x, m_new); }, paper::pbar_operand, [](float p) { return p; }));
     tile_pv(w.p_operand.data(), in.v, j0, n, dim, w.pv);
     const float c = paper::rescale(m, m_new);
     for (int d = 0; d < dim; ++d) {
@@ -140,25 +156,13 @@ RowResult fused_row(const Policy& policy, const AttentionOptions& opt, const Hea
   for (int j0 = 0; j0 <= last; j0 += bc) {
     const int n = std::min(bc, last + 1 - j0);
     tile_scores(in, int(row.i), j0, n, dim, w.s.data(), [&](float dot) { return fused::score(dot, scale); });
-    rep.add_tile(w.s.data(), n);
-    const float r_m = *std::max_element(w.s.begin(), w.s.begin() + n);
-    const ShiftChoice choice =
-        policy.choose(r_m, near_max_count(policy, w.s.data(), n, r_m, ShiftPrecision::fp32), row, ShiftPrecision::fp32);
-    res.fell_back |= choice.fell_back;
-    const float m_new = std::max(m, choice.m);
-    detail::Fp32Accumulator tile_sum;
-    int ones = 0;
-    for (int j = 0; j < n; ++j) {
-      const float p = fused::pbar(w.s[j], m_new);
-      tile_sum.add(fused::sum_term(p, opt.normalizer));
-      w.p_operand[j] = fused::pbar_operand(p);
-      ones += w.p_operand[j] == 1.0f;
-    }
-    res.tie_event |= ones >= 2;
+    const float m_new = next_shift(policy, w.s.data(), n, row, ShiftPrecision::fp32, m, rep, res);
+    const float l_tile = tile_pbar(n, w, res, [&](float x) { return fused::pbar(x, m_new); }, fused::pbar_operand,
+                                   [&](float p) { return fused::sum_term(p, opt.normalizer); });
     tile_pv(w.p_operand.data(), in.v, j0, n, dim, w.pv);
     const float c = fused::rescale(m, m_new);
     for (int d = 0; d < dim; ++d) w.o[d] = fused::update_accumulator(w.o[d], c, static_cast<float>(w.pv[d]));
-    l = fused::update_sum(l, c, tile_sum.value());
+    l = fused::update_sum(l, c, l_tile);
     m = m_new;
   }
   for (int d = 0; d < dim; ++d) {

@@ -123,7 +123,7 @@ std::string save_checkpoint(const std::string& run_dir, const TrainConfig& confi
   for (const auto& t : model.tensors())
     weights.tensors[t.name] = Tensor::from<float>(DType::f32, t.shape, params.subspan(std::size_t(t.offset), std::size_t(t.size)));
   for (const auto& [bias_name, shape] : absent_biases(model.config())) {
-    const std::vector<float> zeros(std::size_t(shape[0]), 0.0f);
+    const std::vector<float> zeros(static_cast<std::size_t>(shape[0]), 0.0f);
     weights.tensors[bias_name] = Tensor::from<float>(DType::f32, shape, std::span<const float>(zeros));
   }
   weights.write((tmp / "model.safetensors").string());

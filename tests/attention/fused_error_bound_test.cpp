@@ -2,6 +2,7 @@
 // error (architecture.md): err <= 2 x err_naive + one BF16 ulp at max|ref| (3 x for gradients).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <tuple>
 
@@ -19,7 +20,9 @@ struct ShapeCase {
 };
 
 std::string name(const ::testing::TestParamInfo<ShapeCase>& i) {
-  return "T" + std::to_string(i.param.t) + "_D" + std::to_string(i.param.d) + (i.param.causal ? "_causal" : "");
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "T%d_D%d%s", i.param.t, i.param.d, i.param.causal ? "_causal" : "");
+  return buf;
 }
 
 class FusedErrorBound : public ::testing::TestWithParam<ShapeCase> {};

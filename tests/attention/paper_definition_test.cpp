@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -131,8 +132,10 @@ TEST_P(PaperDefinition, ForwardEqualsTheStepByStepEmulationBitForBit) {
 
 std::string name(const ::testing::TestParamInfo<PaperCase>& i) {
   const PaperCase& c = i.param;
-  return "T" + std::to_string(c.t) + "_D" + std::to_string(c.d) + "_tile" + std::to_string(c.tile) + (c.causal ? "_causal_" : "_") +
-         std::string(to_string(c.policy)) + "_bits" + std::to_string(c.round_bits);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "T%d_D%d_tile%d%s%s_bits%d", c.t, c.d, c.tile, c.causal ? "_causal_" : "_",
+                std::string(to_string(c.policy)).c_str(), c.round_bits);
+  return buf;
 }
 
 INSTANTIATE_TEST_SUITE_P(

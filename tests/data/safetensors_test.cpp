@@ -14,10 +14,9 @@ using stableflash::testing::ScratchDir;
 using stableflash::testing::write_bytes;
 
 std::vector<unsigned char> file_with_header(const std::string& json, std::size_t data_bytes) {
-  std::vector<unsigned char> b(8);
+  std::vector<unsigned char> b(8 + json.size() + data_bytes, 0);
   for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(std::uint64_t(json.size()) >> (8 * i));
-  b.insert(b.end(), json.begin(), json.end());
-  b.resize(b.size() + data_bytes, 0);
+  std::copy(json.begin(), json.end(), b.begin() + 8);
   return b;
 }
 

@@ -68,7 +68,9 @@ TEST(Audit, CompensatedAndExactDeltaRemoveTheDriftOfTheRoundedOutput) {
     EXPECT_GT(rounded, 1e-4);  // the rounded O's systematic part, ~0.1-0.2 BF16 ulp per row
     // the residual restores ~8 more bits: the drift must fall by at least 2^8
     EXPECT_LT(compensated, rounded / 256);
-    if (n == Numerics::fused) EXPECT_LT(exact, rounded / 256);
+    if (n == Numerics::fused) {
+      EXPECT_LT(exact, rounded / 256);
+    }
   }
 }
 
