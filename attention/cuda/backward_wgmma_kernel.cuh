@@ -137,23 +137,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks)
 #pragma unroll
     for (int nq = 0; nq < NQ; ++nq) {
       float pv[4], dsv[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int ql = nq * 8 + 2 * t + (e & 1);
-        const int key = k0 + key_row + g + 8 * (e / 2);
-        const bool masked = need_mask && (key >= p.k_len || (causal && key > q0 + ql + p.k_len - p.q_len));
-        float prob, dp;
-        if constexpr (kPaper) {
-          prob = paper::prob(paper::score(st[nq][e], p.scale), s_lse[ql]);
-          dp = paper::dprob(dpt[nq][e]);
-        } else {
-          prob = fused::prob_fast(fused::score(st[nq][e], p.scale), s_lse[ql]);
-          dp = dpt[nq][e];
-        }
-        if (masked) prob = 0.0f;
-        pv[e] = prob;
-        dsv[e] = kPaper ? paper::dscore(prob, dp, s_delta[ql], p.scale) : fused::dscore(prob, dp, s_delta[ql]);
-      }
+      probs_and_dscores<kPaper>(p, st[nq], dpt[nq], nq * 8 + 2 * t, k0 + key_row + g, q0, need_mask, causal, s_lse, s_delta,
+                                pv, dsv);
       pa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(pv[0], pv[1]);
       pa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(pv[2], pv[3]);
       dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
