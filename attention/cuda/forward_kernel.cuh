@@ -100,26 +100,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
       }
     }
 
-    // ---- Scores as the mode defines them (paper: BF16 S; fused: the raw FP32 dot, scaled inside
-    // the exponent) and the mask: keys past a row's last visible key become -inf (excluded, as the
-    // CPU oracle excludes them).
-    if constexpr (kPaper) {
-#pragma unroll
-      for (int mi = 0; mi < MR; ++mi)
-#pragma unroll
-        for (int nj = 0; nj < NT; ++nj)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) sc[mi][nj][e] = paper::score(sc[mi][nj][e], p.scale);
-    }
-    if (st.key0 + BK - 1 > min_last) {  // only sub-tiles on the causal diagonal or past Tk
-#pragma unroll
-      for (int mi = 0; mi < MR; ++mi)
-#pragma unroll
-        for (int nj = 0; nj < NT; ++nj)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (st.key0 + nj * 8 + 2 * t + (e & 1) > rows.last[mi][e / 2]) sc[mi][nj][e] = -__builtin_huge_valf();
-    }
+    // ---- Scores at the mode's rounding point, and the mask.
+    mode_scores_and_mask<kPaper, BK>(sc, p.scale, st.key0, min_last, t, rows.last);
 
     if (!st.main) {
       rows.prepass_tile(sc);

@@ -397,4 +397,30 @@ struct ForwardRows {
   }
 };
 
+// Scores as the mode defines them (paper: BF16 S; fused: the raw FP32 dot, scaled inside the
+// exponent) and the mask: keys past a row's last visible key become -inf (excluded, as the CPU
+// oracle excludes them). Element (mi, nj, e) is key key0 + 8 nj + 2t + (e % 2) of row (mi, e / 2).
+// Shared by the mma.sync and wgmma forward kernels, which lay scores out alike.
+template <bool kPaper, int BK, int MR, int NT>
+__device__ __forceinline__ void mode_scores_and_mask(float (&sc)[MR][NT][4], float scale, int key0, int min_last, int t,
+                                                     const int (&last)[MR][2]) {
+  if constexpr (kPaper) {
+#pragma unroll
+    for (int mi = 0; mi < MR; ++mi)
+#pragma unroll
+      for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[mi][nj][e] = paper::score(sc[mi][nj][e], scale);
+  }
+  if (key0 + BK - 1 > min_last) {  // only sub-tiles on the causal diagonal or past Tk
+#pragma unroll
+    for (int mi = 0; mi < MR; ++mi)
+#pragma unroll
+      for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (key0 + nj * 8 + 2 * t + (e & 1) > last[mi][e / 2]) sc[mi][nj][e] = -__builtin_huge_valf();
+  }
+}
+
 }  // namespace stableflash::attention::cuda
