@@ -24,12 +24,6 @@ inline float dot_fp32(const float* a, const float* b, int n) {
   return static_cast<float>(s);
 }
 
-inline double dot_fp64(const float* a, const float* b, int n) {
-  double s = 0.0;
-  for (int d = 0; d < n; ++d) s += double(a[d]) * double(b[d]);
-  return s;
-}
-
 // A BF16 tensor widened to FP32 and rearranged head-major [B, H, T, D], so each (b, h) head is
 // one contiguous [T, D] block whatever the input layout.
 struct HeadMajor {
@@ -47,11 +41,6 @@ void scatter_head(T* dst, Layout layout, const AttentionShape& s, int len, int b
   const HeadStrides st = HeadStrides::of(layout, s.heads, len, s.head_dim);
   for (int t = 0; t < len; ++t)
     for (int d = 0; d < s.head_dim; ++d) dst[st.at(b, h, t) + d] = conv(src[std::int64_t(t) * s.head_dim + d]);
-}
-
-// Rows that see no key at all: o = 0, lse = +inf, zero gradients (numerics.md).
-inline bool row_fully_masked(int i, const AttentionShape& s, bool causal) {
-  return last_visible_key(i, s.q_len, s.k_len, causal) < 0;
 }
 
 }  // namespace stableflash::attention::detail

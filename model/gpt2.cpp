@@ -188,6 +188,14 @@ template <class V>
 void ensure(V& v, std::size_t n) {
   if (v.size() != n) v.assign(n, typename V::value_type{});
 }
+
+// The standard attention's view of one layer: q, k, v interleaved in the [N, 3C] qkv buffer, the
+// output and the materialized probabilities.
+template <class T, class LayerActivations>
+attention::StandardAttentionArgs<T> standard_args(LayerActivations& L, int batch, int heads, int len, int head_dim, int C) {
+  return {batch, heads, len, head_dim, 3 * C, /*causal=*/true,
+          L.qkv.data(), L.qkv.data() + C, L.qkv.data() + 2 * C, L.atty.data(), L.probs.data()};
+}
 }  // namespace
 
 template <class T>
@@ -268,9 +276,7 @@ void Gpt2<T>::forward_attention(int l, Activations& a, int batch, int len) {
   const int C = config_.n_embd, H = config_.n_head, D = config_.head_dim();
   const Index N = Index(batch) * len;
   if (attention_[l].kind == AttentionKind::standard) {
-    attention::StandardAttentionArgs<T> args{batch, H, len, D, 3 * C, /*causal=*/true,
-                                             L.qkv.data(), L.qkv.data() + C, L.qkv.data() + 2 * C, L.atty.data(), L.probs.data()};
-    attention::standard_attention_forward(args);
+    attention::standard_attention_forward(standard_args<T>(L, batch, H, len, D, C));
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
@@ -300,9 +306,7 @@ void Gpt2<T>::backward_attention(int l, Activations& a, int batch, int len, cons
   const int C = config_.n_embd, H = config_.n_head, D = config_.head_dim();
   const Index N = Index(batch) * len;
   if (attention_[l].kind == AttentionKind::standard) {
-    attention::StandardAttentionArgs<T> args{batch, H, len, D, 3 * C, /*causal=*/true,
-                                             L.qkv.data(), L.qkv.data() + C, L.qkv.data() + 2 * C, L.atty.data(), L.probs.data()};
-    attention::standard_attention_backward(args, d_out, d_qkv, d_qkv + C, d_qkv + 2 * C);
+    attention::standard_attention_backward(standard_args<T>(L, batch, H, len, D, C), d_out, d_qkv, d_qkv + C, d_qkv + 2 * C);
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
