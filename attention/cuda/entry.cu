@@ -136,6 +136,16 @@ ForwardKernel forward_kernel_kind() {
   return kind;
 }
 
+// STABLEFLASH_FORWARD_KERNEL=wgmma-serial: the wgmma forward without the softmax / P V overlap
+// (for measuring what the overlap brings).
+bool forward_serial_walk() {
+  static const bool serial = [] {
+    const char* env = std::getenv("STABLEFLASH_FORWARD_KERNEL");
+    return env && std::string(env) == "wgmma-serial";
+  }();
+  return serial;
+}
+
 ForwardKernel backward_kernel_kind() {
   static const ForwardKernel kind = [] {
     const char* env = std::getenv("STABLEFLASH_BACKWARD_KERNEL");
@@ -193,6 +203,7 @@ void forward(const ForwardArgs& a, const AttentionOptions& opt) {
   p.round_bits = opt.round_bits;
   p.normalizer_bf16 = opt.normalizer == Normalizer::bf16;
   p.policy = opt.policy_params;
+  p.serial_walk = forward_serial_walk();
   if (forward_kernel_kind() == ForwardKernel::wgmma) {
     p.tma_q = tensor_map(a.q, s, s.q_len, p.q_strides);
     p.tma_k = tensor_map(a.k, s, s.k_len, p.k_strides);

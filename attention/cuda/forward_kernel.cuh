@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   using Tile = SwizzledTile<D>;
   using Rows = ForwardRows<Traits, Policy>;
 
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem[];
   const std::uint32_t s_q = smem_u32(smem);
   const std::uint32_t s_k0 = s_q + Traits::kSmemQ, s_v0 = s_k0 + 2 * Traits::kSmemKV;
 
@@ -56,19 +56,20 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   const KeyWalk walk{n_keys, unit, unit / BK, multi_pass};
   const int total = walk.total_steps();
 
-  auto issue_loads = [&](int s) {
-    const KeyStep st = walk.at(s);
+  auto issue_loads = [&](int s, const KeyStep& st) {
     load_tile_async<BK, D, Traits::kThreads>(s_k0 + (s & 1) * Traits::kSmemKV, k_head, p.k_strides.t, st.key0, p.k_len);
     if (st.main)
       load_tile_async<BK, D, Traits::kThreads>(s_v0 + (s & 1) * Traits::kSmemKV, v_head, p.k_strides.t, st.key0, p.k_len);
   };
   load_tile_async<BQ, D, Traits::kThreads>(s_q, q_head, p.q_strides.t, m0, p.q_len);
-  if (total > 0) issue_loads(0);
+  if (total > 0) issue_loads(0, KeyCursor(walk).step);
   cp_async_commit();
 
-  for (int s = 0; s < total; ++s) {
-    const KeyStep st = walk.at(s);
-    if (s + 1 < total) issue_loads(s + 1);
+  KeyCursor cursor(walk), ahead(walk);  // steps s and s + 1
+  ahead.advance();
+  for (int s = 0; s < total; ++s, cursor.advance(), ahead.advance()) {
+    const KeyStep st = cursor.step;
+    if (s + 1 < total) issue_loads(s + 1, ahead.step);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();

@@ -50,18 +50,30 @@ struct KeyWalk {
     const int full = n_keys / unit, rest = n_keys - full * unit;
     return full * steps_in_unit(per_unit) + (rest > 0 ? steps_in_unit((rest + 63) / 64) : 0);
   }
-  __device__ KeyStep at(int s) const {
-    if (!multi_pass) return KeyStep{s * 64, 0, 1, true, false};  // the fast path: no divisions
-    const int per_full = steps_in_unit(per_unit);
-    const int u = s / per_full, within = s - u * per_full;
-    const int left = n_keys - u * unit;
-    KeyStep st;
-    st.n_sub = left >= unit ? per_unit : (left + 63) / 64;
-    st.prepass = multi_pass && st.n_sub > 1;
-    st.main = !st.prepass || within >= st.n_sub;
-    st.sub = st.prepass ? within % st.n_sub : within;
-    st.key0 = u * unit + st.sub * 64;
-    return st;
+};
+
+// Walks a KeyWalk's steps in order without divisions (a step's position from its index would
+// need two integer divisions by run-time values, tens of instructions per step).
+struct KeyCursor {
+  KeyWalk walk;
+  int unit0 = 0;   // first key of the current unit
+  int within = 0;  // step index within the unit
+  KeyStep step;
+
+  __device__ explicit KeyCursor(const KeyWalk& w) : walk(w) { settle(); }
+  __device__ void advance() {
+    if (++within == walk.steps_in_unit(step.n_sub)) within = 0, unit0 += walk.unit;
+    settle();
+  }
+
+ private:
+  __device__ void settle() {
+    const int left = walk.n_keys - unit0;
+    step.n_sub = left >= walk.unit ? walk.per_unit : (left + 63) / 64;
+    step.prepass = walk.multi_pass && step.n_sub > 1;
+    step.main = !step.prepass || within >= step.n_sub;
+    step.sub = step.prepass && within >= step.n_sub ? within - step.n_sub : within;
+    step.key0 = unit0 + step.sub * 64;
   }
 };
 
@@ -151,14 +163,15 @@ struct ForwardRows {
   __device__ static float to_score(const ForwardParams& p, float x) { return kPaper ? x : fused::score(x, p.scale); }
 
   // Pre-pass: fold a sub-tile into the unit's top-2 (a multiset: equal maxima count twice).
-  __device__ void prepass_tile(const float (&sc)[MR][NT][4]) const {
+  template <int N>
+  __device__ void prepass_tile(const float (&sc)[MR][N][4]) const {
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         float a1 = top_at(mi, hf, 0), a2 = top_at(mi, hf, 1);
 #pragma unroll
-        for (int nj = 0; nj < NT; ++nj)
+        for (int nj = 0; nj < N; ++nj)
 #pragma unroll
           for (int e2 = 0; e2 < 2; ++e2) {
             const float x = sc[mi][nj][2 * hf + e2];
@@ -170,7 +183,12 @@ struct ForwardRows {
   }
 
   // The unit's shift for every row, from the pre-pass or from this single sub-tile's scores.
-  __device__ void start_unit(const ForwardParams& p, const float (&sc)[MR][NT][4], const KeyStep& st) {
+  // fused: rescales l and the O accumulator by c = exp(m_old - m_new). The pipelined walk
+  // (kDeferAccRescale) has the previous tile's P-bar * V still in flight on the accumulator: it
+  // gets c in `deferred` and applies it with rescale_acc() once that product has landed.
+  template <bool kDeferAccRescale = false, int N>
+  __device__ void start_unit(const ForwardParams& p, const float (&sc)[MR][N][4], const KeyStep& st,
+                             float (*deferred)[2] = nullptr) {
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi)
 #pragma unroll
@@ -187,7 +205,7 @@ struct ForwardRows {
           top_at(mi, hf, 0) = top_at(mi, hf, 1) = -kInf;
         } else {
 #pragma unroll
-          for (int nj = 0; nj < NT; ++nj) r1 = fmaxf(r1, fmaxf(sc[mi][nj][2 * hf], sc[mi][nj][2 * hf + 1]));
+          for (int nj = 0; nj < N; ++nj) r1 = fmaxf(r1, fmaxf(sc[mi][nj][2 * hf], sc[mi][nj][2 * hf + 1]));
           r1 = quad_max(r1);
         }
         const bool active = r1 > -kInf;
@@ -199,7 +217,7 @@ struct ForwardRows {
             near = r_m >= thr ? 1 + (to_score(p, r2) >= thr ? 1 : 0) : 0;  // saturates at 2
           } else {
 #pragma unroll
-            for (int nj = 0; nj < NT; ++nj)
+            for (int nj = 0; nj < N; ++nj)
 #pragma unroll
               for (int e2 = 0; e2 < 2; ++e2) near += to_score(p, sc[mi][nj][2 * hf + e2]) >= thr ? 1 : 0;
             near = quad_sum(near);
@@ -230,30 +248,44 @@ struct ForwardRows {
           c_unit[mi][hf] = active ? c : 1.0f;
           m_unit[mi][hf] = active ? m_new : -kInf;
           l_unit[mi][hf] = 0.0f;
-        } else if (active) {
-          l[mi][hf] *= c;
-#pragma unroll
-          for (int nd = 0; nd < DT; ++nd) acc[mi][nd][2 * hf] *= c, acc[mi][nd][2 * hf + 1] *= c;
-          m[mi][hf] = m_new;
+        } else {
+          if constexpr (kDeferAccRescale) deferred[mi][hf] = active ? c : 1.0f;
+          if (active) {
+            l[mi][hf] *= c;
+            if constexpr (!kDeferAccRescale) scale_acc_row(mi, hf, c);
+            m[mi][hf] = m_new;
+          }
         }
       }
+  }
+
+  __device__ void scale_acc_row(int mi, int hf, float c) {
+#pragma unroll
+    for (int nd = 0; nd < DT; ++nd) acc[mi][nd][2 * hf] *= c, acc[mi][nd][2 * hf + 1] *= c;
+  }
+  __device__ void rescale_acc(const float (&c)[MR][2]) {
+#pragma unroll
+    for (int mi = 0; mi < MR; ++mi)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) scale_acc_row(mi, hf, c[mi][hf]);
   }
 
   __device__ static bool lane_leads_quad() { return threadIdx.x % 4 == 0; }
 
   // Counting only: whether the row's maximum score (before any policy) occurs at >= 2 keys.
-  __device__ void count_repeated_max(const float (&sc)[MR][NT][4]) {
+  template <int N>
+  __device__ void count_repeated_max(const float (&sc)[MR][N][4]) {
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         float mx = -kInf;
 #pragma unroll
-        for (int nj = 0; nj < NT; ++nj) mx = fmaxf(mx, fmaxf(sc[mi][nj][2 * hf], sc[mi][nj][2 * hf + 1]));
+        for (int nj = 0; nj < N; ++nj) mx = fmaxf(mx, fmaxf(sc[mi][nj][2 * hf], sc[mi][nj][2 * hf + 1]));
         mx = quad_max(mx);
         int n = 0;
 #pragma unroll
-        for (int nj = 0; nj < NT; ++nj) n += (sc[mi][nj][2 * hf] == mx) + (sc[mi][nj][2 * hf + 1] == mx);
+        for (int nj = 0; nj < N; ++nj) n += (sc[mi][nj][2 * hf] == mx) + (sc[mi][nj][2 * hf + 1] == mx);
         n = quad_sum(n);  // every lane shuffles
         Events& ev = events[lrow0 + mi * 16 + 8 * hf];
         if (!lane_leads_quad() || mx == -kInf || mx < ev.rep_max) continue;
@@ -263,7 +295,17 @@ struct ForwardRows {
   }
 
   // P-bar = exp(S - m) in place, the row sums, and BF16(P-bar) packed as A fragments.
-  __device__ void probabilities(const ForwardParams& p, float (&sc)[MR][NT][4], std::uint32_t (&pa)[MR][NT / 2][4]) {
+  template <int N>
+  __device__ void probabilities(const ForwardParams& p, float (&sc)[MR][N][4], std::uint32_t (&pa)[MR][N / 2][4]) {
+    exponentiate(p, sc);
+    pack_operands(sc, pa);
+  }
+
+  // P-bar = exp(S - m) in place over a tile of N key n-tiles, and the row sums: of the FP32 P-bar
+  // (paper; fused by default) or of BF16(P-bar) (fused, normalizer = bf16: the values the
+  // P-bar * V product actually uses).
+  template <int N>
+  __device__ void exponentiate(const ForwardParams& p, float (&sc)[MR][N][4]) {
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi) {
       float shift[2];  // the row's m; 0 for a row with no key in the unit (all its entries are -inf)
@@ -274,7 +316,7 @@ struct ForwardRows {
       }
       float part[2] = {0.0f, 0.0f};
 #pragma unroll
-      for (int nj = 0; nj < NT; ++nj) {
+      for (int nj = 0; nj < N; ++nj)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           if constexpr (kPaper) {
@@ -283,19 +325,14 @@ struct ForwardRows {
             sc[mi][nj][e] = fused::pbar_fast(fused::score(sc[mi][nj][e], p.scale), shift[e / 2]);
           }
         }
-        pa[mi][nj / 2][(nj % 2) * 2 + 0] = pack_bf16x2(sc[mi][nj][0], sc[mi][nj][1]);
-        pa[mi][nj / 2][(nj % 2) * 2 + 1] = pack_bf16x2(sc[mi][nj][2], sc[mi][nj][3]);
-      }
-      // Row sums: of the FP32 P-bar (paper; fused by default) or of the BF16(P-bar) in pa (fused,
-      // normalizer = bf16: the values the P-bar * V product actually used).
-      if (!kPaper && p.normalizer_bf16) {
+      if (!kPaper && p.normalizer_bf16) {  // one branch per tile, not per element
 #pragma unroll
-        for (int nj = 0; nj < NT / 2; ++nj)
+        for (int nj = 0; nj < N; ++nj)
 #pragma unroll
-          for (int w = 0; w < 4; ++w) part[w % 2] += bf16_lo(pa[mi][nj][w]) + bf16_hi(pa[mi][nj][w]);
+          for (int e = 0; e < 4; ++e) part[e / 2] += round_bf16(sc[mi][nj][e]);
       } else {
 #pragma unroll
-        for (int nj = 0; nj < NT; ++nj)
+        for (int nj = 0; nj < N; ++nj)
 #pragma unroll
           for (int e = 0; e < 4; ++e) part[e / 2] += sc[mi][nj][e];
       }
@@ -304,7 +341,7 @@ struct ForwardRows {
         for (int hf = 0; hf < 2; ++hf) {
           int n = 0;
 #pragma unroll
-          for (int nj = 0; nj < NT; ++nj) n += (round_bf16(sc[mi][nj][2 * hf]) == 1.0f) + (round_bf16(sc[mi][nj][2 * hf + 1]) == 1.0f);
+          for (int nj = 0; nj < N; ++nj) n += (round_bf16(sc[mi][nj][2 * hf]) == 1.0f) + (round_bf16(sc[mi][nj][2 * hf + 1]) == 1.0f);
           n = quad_sum(n);
           if (lane_leads_quad()) events[lrow0 + mi * 16 + 8 * hf].ones += n;
         }
@@ -312,6 +349,18 @@ struct ForwardRows {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) (kPaper ? l_unit : l)[mi][hf] += part[hf];
     }
+  }
+
+  // BF16(P-bar) as the A fragments of P-bar * V, 16 keys each.
+  template <int N>
+  __device__ static void pack_operands(const float (&sc)[MR][N][4], std::uint32_t (&pa)[MR][N / 2][4]) {
+#pragma unroll
+    for (int mi = 0; mi < MR; ++mi)
+#pragma unroll
+      for (int nj = 0; nj < N; ++nj) {
+        pa[mi][nj / 2][(nj % 2) * 2 + 0] = pack_bf16x2(sc[mi][nj][0], sc[mi][nj][1]);
+        pa[mi][nj / 2][(nj % 2) * 2 + 1] = pack_bf16x2(sc[mi][nj][2], sc[mi][nj][3]);
+      }
   }
 
   // After the unit's last sub-tile. paper: the unit's rounding points (O-bar, O and l updates);
@@ -337,13 +386,13 @@ struct ForwardRows {
             for (int e2 = 0; e2 < 2; ++e2) {
               const float dot = acc[mi][nd][2 * hf + e2];
               o2[e2] = paper::update_output(o2[e2], c, paper::tile_output(dot, p.round_bits), p.round_bits);
-              shadow[mi][nd][2 * hf + e2] = paper::update_shadow(shadow[mi][nd][2 * hf + e2], c, dot);
+              if (p.o_residual) shadow[mi][nd][2 * hf + e2] = paper::update_shadow(shadow[mi][nd][2 * hf + e2], c, dot);
               acc[mi][nd][2 * hf + e2] = 0.0f;
             }
             o_bf[mi][nd][hf] = pack_bf16x2(o2[0], o2[1]);  // exact: O holds <= 7 significand bits
           }
           l[mi][hf] = paper::update_sum(l[mi][hf], c, l_tile);
-          l_shadow[mi][hf] = add_rn(mul_rn(l_shadow[mi][hf], c), l_tile);
+          if (p.o_residual) l_shadow[mi][hf] = add_rn(mul_rn(l_shadow[mi][hf], c), l_tile);  // the shadow serves the residual only
           m[mi][hf] = m_unit[mi][hf];
         }
       }
@@ -372,11 +421,11 @@ struct ForwardRows {
             if constexpr (kPaper) {
               const float o_acc = e2 == 0 ? bf16_lo(o_bf[mi][nd][hf]) : bf16_hi(o_bf[mi][nd][hf]);
               o2[e2] = paper::finalize_output(o_acc, l_row, p.round_bits);
-              r2[e2] = output_residual(div_rn(shadow[mi][nd][2 * hf + e2], l_shadow[mi][hf]), o2[e2]);
+              if (r_row) r2[e2] = output_residual(div_rn(shadow[mi][nd][2 * hf + e2], l_shadow[mi][hf]), o2[e2]);
             } else {
               const float o32 = fused::unrounded_output(acc[mi][nd][2 * hf + e2], l_row);
               o2[e2] = fused::finalize_output(o32, p.round_bits);
-              r2[e2] = output_residual(o32, o2[e2]);
+              if (r_row) r2[e2] = output_residual(o32, o2[e2]);
             }
           }
           const int d = nd * 8 + 2 * t;

@@ -27,6 +27,126 @@
 
 namespace stableflash::attention::cuda {
 
+// S = Q K^T for the warpgroup's 64 rows and N keys into sc (sc[0][nj]: keys key0 + 8 nj); Q and
+// K are K-major, so step kk is 32 bytes into a 64-column block. Issued, not waited for.
+template <int D, int N>
+__device__ __forceinline__ void issue_scores(float (&sc)[1][N / 8][4], std::uint32_t s_q, std::uint32_t s_k) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const std::uint32_t q_off = (kk / 4) * WgmmaTile<64, D>::kBlockBytes + (kk % 4) * 32;
+    const std::uint32_t k_off = (kk / 4) * WgmmaTile<N, D>::kBlockBytes + (kk % 4) * 32;
+    wgmma_ss<N>(sc[0], sw128_desc(s_q + q_off, 16, 1024), sw128_desc(s_k + k_off, 16, 1024), kk > 0);
+  }
+}
+
+// acc += BF16(P-bar) V over N keys: A from registers, V MN-major (keys step 2048 bytes per k16;
+// the 64-wide d blocks are a block of N rows apart). Issued, not waited for.
+template <int D, int N>
+__device__ __forceinline__ void issue_pv(float (&acc)[D / 8][4], const std::uint32_t (&pa)[N / 16][4], std::uint32_t s_v) {
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk) wgmma_pv<D>(acc, pa[kk], sw128_desc(s_v + kk * 2048, WgmmaTile<N, D>::kBlockBytes, 1024));
+}
+
+// Copies a [rows, D] tile (rows a multiple of 64) into the SW128 layout with 64 x 64 boxes:
+// column block x at x * rows * 128 bytes, 64-row box r at r * 8 KiB within it.
+template <int D, int ROWS>
+__device__ __forceinline__ void load_tile(const CUtensorMap* map, std::uint32_t dst, int row0, int h, int b, std::uint32_t bar) {
+  mbar_arrive_expect_tx(bar, ROWS * D * 2);
+#pragma unroll
+  for (int x = 0; x < D / 64; ++x)
+#pragma unroll
+    for (int r = 0; r < ROWS / 64; ++r)
+      tma_load_4d(dst + x * WgmmaTile<ROWS, D>::kBlockBytes + r * 64 * 128, map, 64 * x, row0 + 64 * r, h, b, bar);
+}
+
+// The fused fast path's key walk, one step of BK = Traits::kFastBlockK keys per j
+// (FlashAttention-3's intra-warpgroup overlap): S_j = Q K_j^T and acc += P_(j-1) V_(j-1) are
+// issued together; the softmax of S_j runs while the P V product is still on the tensor cores,
+// and the rescale of acc by exp(m_old - m_new) waits for that product. K_j and V_j have their
+// own barriers (K: bars + 8 (1 + j % 2), V: bars + 8 (3 + j % 2)); step j's copies (K_(j+1),
+// V_j) go into buffers whose last readers, S_(j-1) and P_(j-2) V_(j-2), were waited for before
+// the previous step's __syncthreads. P-bar stays FP32 in sc until P_(j-1) V_(j-1) has landed and
+// is packed into pa then, so only one set of A fragments is live.
+template <class Traits, class Rows>
+__device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, Rows& rows, int n_keys, int min_last, int t, int h,
+                                                       int b, std::uint32_t s_q, std::uint32_t s_k0, std::uint32_t s_v0,
+                                                       std::uint32_t bars) {
+  constexpr int D = Traits::kHeadDim, BK = Traits::kFastBlockK, KV = Traits::kSmemKV;
+  const int total = (n_keys + BK - 1) / BK;
+  if (threadIdx.x == 0 && total > 0) load_tile<D, BK>(&p.tma_k, s_k0, 0, h, b, bars + 8);
+  std::uint32_t pa[1][BK / 16][4];  // BF16(P-bar) of the previous step
+  for (int j = 0; j < total; ++j) {
+    const int key0 = j * BK;
+    if (threadIdx.x == 0) {
+      if (j + 1 < total) load_tile<D, BK>(&p.tma_k, s_k0 + ((j + 1) & 1) * KV, key0 + BK, h, b, bars + 8 * (1 + ((j + 1) & 1)));
+      load_tile<D, BK>(&p.tma_v, s_v0 + (j & 1) * KV, key0, h, b, bars + 8 * (3 + (j & 1)));
+    }
+    mbar_wait(bars + 8 * (1 + (j & 1)), (j >> 1) & 1);
+    float sc[1][BK / 8][4];
+    wgmma_fence();
+    issue_scores<D, BK>(sc, s_q, s_k0 + (j & 1) * KV);
+    wgmma_commit();
+    if (j > 0) {
+      mbar_wait(bars + 8 * (3 + ((j - 1) & 1)), ((j - 1) >> 1) & 1);
+      issue_pv<D, BK>(rows.acc[0], pa[0], s_v0 + ((j - 1) & 1) * KV);
+      wgmma_commit();
+      wgmma_wait<1>();  // S_j has landed; P_(j-1) V_(j-1) may still run
+    } else {
+      wgmma_wait<0>();
+    }
+    fence_registers(sc[0]);
+    mode_scores_and_mask<false, BK>(sc, p.scale, key0, min_last, t, rows.last);
+    float c[1][2];
+    rows.template start_unit<true>(p, sc, KeyStep{key0, 0, 1, true, false}, c);
+    rows.exponentiate(p, sc);
+    wgmma_wait<0>();
+    fence_registers(rows.acc[0]);
+    fence_registers(pa[0]);
+    rows.rescale_acc(c);
+    Rows::pack_operands(sc, pa);
+    __syncthreads();  // K_j and V_(j-1) are free for the copies of step j + 1
+  }
+  if (total > 0) {
+    const int j = total - 1;
+    mbar_wait(bars + 8 * (3 + (j & 1)), (j >> 1) & 1);
+    wgmma_fence();
+    issue_pv<D, BK>(rows.acc[0], pa[0], s_v0 + (j & 1) * KV);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(rows.acc[0]);
+  }
+}
+
+// The pre-pass's score cache (paper numerics): a 64-key sub-tile's BF16 scores, 16 packed words
+// per thread stored as 4 x 16 bytes at [sub-tile][quarter][thread], so that a warp's accesses are
+// 512 contiguous bytes (no bank conflicts). Masked scores are -inf, which BF16 holds.
+__device__ __forceinline__ void store_scores(std::uint32_t cache, int sub, const float (&sc)[1][8][4]) {
+#pragma unroll
+  for (int qt = 0; qt < 4; ++qt) {
+    std::uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = qt * 4 + i, nj = r / 2, hf = r % 2;
+      w[i] = pack_bf16x2(sc[0][nj][2 * hf], sc[0][nj][2 * hf + 1]);
+    }
+    const std::uint32_t addr = cache + ((sub * 4 + qt) * blockDim.x + threadIdx.x) * 16;
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
+  }
+}
+__device__ __forceinline__ void load_scores(std::uint32_t cache, int sub, float (&sc)[1][8][4]) {
+#pragma unroll
+  for (int qt = 0; qt < 4; ++qt) {
+    std::uint32_t w[4];
+    const std::uint32_t addr = cache + ((sub * 4 + qt) * blockDim.x + threadIdx.x) * 16;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(addr) : "memory");
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = qt * 4 + i, nj = r / 2, hf = r % 2;
+      sc[0][nj][2 * hf] = bf16_lo(w[i]), sc[0][nj][2 * hf + 1] = bf16_hi(w[i]);
+    }
+  }
+}
+
 template <class Traits, class Policy>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attention_forward_wgmma_kernel(const __grid_constant__ ForwardParams p) {
   constexpr int D = Traits::kHeadDim, BQ = Traits::kBlockQ, BK = Traits::kBlockK;
@@ -60,75 +180,84 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   const int unit = multi_pass ? p.tile_k : BK;
   const KeyWalk walk{n_keys, unit, unit / BK, multi_pass};
   const int total = walk.total_steps();
+  // paper, D = 64: main passes of units with a pre-pass read the pre-pass's scores (kCachedKeys)
+  const bool cache_scores = Traits::kCachedKeys > 0 && unit <= Traits::kCachedKeys;
+  const std::uint32_t s_scores = s_q + Traits::kSmemQ + 4 * Traits::kSmemKV + Traits::kSmemEvents + Traits::kSmemTop +
+                                 Traits::kSmemBarriers;
 
   // Bulk tensor copies issued by thread 0, one 64 x 64 box per 64 columns of a tile; every thread
-  // waits on the buffer's barrier. Barrier 0: Q; 1 + (s & 1): step s's K (and V).
+  // waits on the buffer's barrier. Barrier 0: Q; 1 + (s & 1): step s's K (and V in the serial
+  // walk); 3 + (s & 1): step s's V in the pipelined walk.
   const std::uint32_t bars = s_q + Traits::kSmemQ + 4 * Traits::kSmemKV + Traits::kSmemEvents + Traits::kSmemTop;
   constexpr int kBoxBytes = 64 * 64 * 2, kBoxes = D / 64;
-  auto issue_loads = [&](int s) {
-    const KeyStep st = walk.at(s);
+  // K unless the step reads cached scores, V on main steps
+  auto issue_loads = [&](int s, const KeyStep& st) {
     const std::uint32_t bar = bars + 8 * (1 + (s & 1));
-    mbar_arrive_expect_tx(bar, (st.main ? 2 : 1) * kBoxes * kBoxBytes);
+    const bool need_k = !(st.main && st.prepass && cache_scores);
+    mbar_arrive_expect_tx(bar, (int(need_k) + int(st.main)) * kBoxes * kBoxBytes);
 #pragma unroll
     for (int x = 0; x < kBoxes; ++x) {
-      tma_load_4d(s_k0 + (s & 1) * Traits::kSmemKV + x * kBoxBytes, &p.tma_k, 64 * x, st.key0, h, b, bar);
+      if (need_k) tma_load_4d(s_k0 + (s & 1) * Traits::kSmemKV + x * kBoxBytes, &p.tma_k, 64 * x, st.key0, h, b, bar);
       if (st.main) tma_load_4d(s_v0 + (s & 1) * Traits::kSmemKV + x * kBoxBytes, &p.tma_v, 64 * x, st.key0, h, b, bar);
     }
   };
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int i = 0; i < 3; ++i) mbar_init(bars + 8 * i, 1);
+    for (int i = 0; i < Traits::kBarriers; ++i) mbar_init(bars + 8 * i, 1);
     mbar_fence_init();
   }
   __syncthreads();
+  // The fused fast path (one shift per 64-key sub-tile, no counters) overlaps each sub-tile's
+  // softmax with the previous sub-tile's P-bar * V on the tensor cores.
+  if constexpr (!kMultiPass) {
+    if (!multi_pass && !p.serial_walk) {
+      if (threadIdx.x == 0) load_tile<D, 64>(&p.tma_q, s_q, m0, h, b, bars);
+      mbar_wait(bars, 0);
+      forward_pipelined_walk<Traits>(p, rows, n_keys, min_last, t, h, b, s_q, s_k0, s_v0, bars);
+      rows.store(p, b, h, t);
+      return;
+    }
+  }
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(bars, kBoxes * kBoxBytes);
 #pragma unroll
     for (int x = 0; x < kBoxes; ++x) tma_load_4d(s_q + x * kBoxBytes, &p.tma_q, 64 * x, m0, h, b, bars);
-    if (total > 0) issue_loads(0);
+    if (total > 0) issue_loads(0, KeyCursor(walk).step);
   }
   mbar_wait(bars, 0);
 
-  for (int s = 0; s < total; ++s) {
-    const KeyStep st = walk.at(s);
-    if (threadIdx.x == 0 && s + 1 < total) issue_loads(s + 1);  // its buffer was released at the end of step s - 1
+  KeyCursor cursor(walk), ahead(walk);  // steps s and s + 1
+  ahead.advance();
+  for (int s = 0; s < total; ++s, cursor.advance(), ahead.advance()) {
+    const KeyStep st = cursor.step;
+    if (threadIdx.x == 0 && s + 1 < total) issue_loads(s + 1, ahead.step);  // its buffer was released at the end of step s - 1
     mbar_wait(bars + 8 * (1 + (s & 1)), (s >> 1) & 1);
     const std::uint32_t s_k = s_k0 + (s & 1) * Traits::kSmemKV, s_v = s_v0 + (s & 1) * Traits::kSmemKV;
 
-    // ---- S = Q K^T for the warpgroup's 64 rows; sc[0][nj] is this thread's C tile of keys
-    // key0 + 8 nj (rows: warp * 16 + g, + 8). Q and K are K-major: step kk is 32 bytes into a block.
     float sc[MR][NT][4];
-#pragma unroll
-    for (int nj = 0; nj < NT; ++nj)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sc[0][nj][e] = 0.0f;
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const std::uint32_t off = (kk / 4) * WgmmaTile<64, D>::kBlockBytes + (kk % 4) * 32;
-      wgmma_m64n64_ss(sc[0], sw128_desc(s_q + off, 16, 1024), sw128_desc(s_k + off, 16, 1024), kk > 0);
+    if (st.main && st.prepass && cache_scores) {
+      load_scores(s_scores, st.sub, sc);  // rounded and masked by the pre-pass
+    } else {
+      wgmma_fence();
+      issue_scores<D, BK>(sc, s_q, s_k);
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_registers(sc[0]);
+      // ---- Scores at the mode's rounding point, and the mask.
+      mode_scores_and_mask<kPaper, BK>(sc, p.scale, st.key0, min_last, t, rows.last);
     }
-    wgmma_commit();
-    wgmma_wait_all();
-    fence_registers(sc[0]);
-
-    // ---- Scores at the mode's rounding point, and the mask.
-    mode_scores_and_mask<kPaper, BK>(sc, p.scale, st.key0, min_last, t, rows.last);
 
     if (!st.main) {
       rows.prepass_tile(sc);
+      if (cache_scores) store_scores(s_scores, st.sub, sc);
     } else {
       if (st.sub == 0) rows.start_unit(p, sc, st);
       if (rows.events) rows.count_repeated_max(sc);
       std::uint32_t pa[MR][NT / 2][4];  // BF16(P-bar) as A fragments, 16 keys each
       rows.probabilities(p, sc, pa);
 
-      // ---- acc += BF16(P-bar) V: A from registers, V MN-major (keys step 2048 bytes per k16; the
-      // 64-wide d blocks are a block apart).
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk)
-        wgmma_pv<D>(rows.acc[0], pa[0][kk], sw128_desc(s_v + kk * 2048, WgmmaTile<BK, D>::kBlockBytes, 1024));
+      issue_pv<D, BK>(rows.acc[0], pa[0], s_v);
       wgmma_commit();
       wgmma_wait_all();
       fence_registers(rows.acc[0]);

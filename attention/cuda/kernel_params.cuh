@@ -8,6 +8,12 @@
 
 #include "stableflash/attention/shift_policies.hpp"
 
+// Keys per step of the fused wgmma forward's fast path at head dim 64 (WgmmaForwardTraits);
+// a build option for comparing tilings.
+#ifndef SF_FORWARD_FAST_BLOCK_K_HD64
+#define SF_FORWARD_FAST_BLOCK_K_HD64 64
+#endif
+
 namespace stableflash::attention::cuda {
 
 // Element strides of one [B, H, T, D] or [B, T, H, D] tensor (head_dim is always contiguous).
@@ -37,6 +43,7 @@ struct ForwardParams {
   int round_bits;  // 1..7
   int normalizer_bf16;
   PolicyParams policy;
+  int serial_walk;  // wgmma kernel, fused fast path: 1 = no softmax / P V overlap (for comparison)
 };
 
 struct BackwardParams {
@@ -101,16 +108,29 @@ struct WgmmaForwardTraits {
   static constexpr int kRowTiles = 1;
   static constexpr int kBlockQ = 64;
   static constexpr int kBlockK = 64;
-  // fused: S (32) + O (D/2) + P (16) registers per thread; paper adds O and its shadow
-  static constexpr int kMinBlocks = kPaper ? 2 : (kHeadDim == 64 ? 4 : 2);
+  // fused: S (kFastBlockK / 2) + O (D / 2) + P (kFastBlockK / 4) registers per thread; paper
+  // adds O and its shadow. D = 64 with 128-key steps: three CTAs (smem 72 KiB each).
+  static constexpr int kMinBlocks = kPaper ? 2 : (kHeadDim == 64 ? (SF_FORWARD_FAST_BLOCK_K_HD64 == 128 ? 3 : 4) : 2);
+  // Keys per step of the fused fast path (forward_pipelined_walk): 128 at D = 64 halves the
+  // per-step costs (barriers, row maxima, the shift choice) and feeds the tensor cores
+  // m64n128 products; D = 128 keeps 64 so that two CTAs fit an SM. The shift m is then chosen
+  // per such step (numerics.md lets fused kernels pick their tiling).
+  static constexpr int kFastBlockK = (!kPaper && kHeadDim == 64) ? SF_FORWARD_FAST_BLOCK_K_HD64 : 64;
   static constexpr int kKeyTiles = kBlockK / 8;
   static constexpr int kDimTiles = kHeadDim / 8;
   static constexpr int kSmemQ = kBlockQ * kHeadDim * 2;
-  static constexpr int kSmemKV = kBlockK * kHeadDim * 2;
+  static constexpr int kSmemKV = kFastBlockK * kHeadDim * 2;  // a K or V buffer (the slow walk uses 64 rows of it)
   static constexpr int kSmemEvents = kBlockQ * 16;
   static constexpr int kSmemTop = kThreads * kRowTiles * 4 * 4;
-  static constexpr int kSmemBarriers = 3 * 8;  // Q, and one per K/V buffer
-  static constexpr int kSmemBytes = kSmemQ + 4 * kSmemKV + kSmemEvents + kSmemTop + kSmemBarriers;
+  // Q; one per K/V buffer (serial walk) or per K buffer (pipelined walk); one per V buffer
+  static constexpr int kBarriers = 5;
+  static constexpr int kSmemBarriers = (kBarriers * 8 + 15) / 16 * 16;  // what follows is 16-byte aligned
+  // paper, D = 64: the pre-pass keeps the unit's BF16 scores (up to kCachedKeys keys) for the
+  // main pass, which then needs neither K nor a second S = Q K^T (the scores are BF16 values in
+  // `paper` numerics, so the cache is exact). D = 128 has no room for it beside two CTAs' tiles.
+  static constexpr int kCachedKeys = (kPaper && kHeadDim == 64) ? 512 : 0;
+  static constexpr int kSmemScores = kBlockQ * kCachedKeys * 2;
+  static constexpr int kSmemBytes = kSmemQ + 4 * kSmemKV + kSmemEvents + kSmemTop + kSmemBarriers + kSmemScores;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
 };
 

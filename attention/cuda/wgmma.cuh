@@ -37,6 +37,11 @@ __device__ __forceinline__ std::uint64_t sw128_desc(std::uint32_t smem_addr, std
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most N committed groups are pending (the newest N may still run).
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 // Writes by the generic proxy (cp.async, st.shared) become visible to wgmma's async proxy.
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
@@ -60,6 +65,18 @@ __device__ __forceinline__ void wgmma_m64n64_ss(float (&c)[8][4], std::uint64_t 
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31},"
       " %32, %33, p, 1, 1, 0, 0;\n}\n"
       : SF_ACC8(0), SF_ACC8(2), SF_ACC8(4), SF_ACC8(6)
+      : "l"(a), "l"(b), "r"(scale_d));
+}
+
+// C[64 x 128] (+)= A[64 x 16] (shared, K-major) * B[16 x 128] (shared, K-major).
+__device__ __forceinline__ void wgmma_m64n128_ss(float (&c)[16][4], std::uint64_t a, std::uint64_t b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63},"
+      " %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : SF_ACC8(0), SF_ACC8(2), SF_ACC8(4), SF_ACC8(6), SF_ACC8(8), SF_ACC8(10), SF_ACC8(12), SF_ACC8(14)
       : "l"(a), "l"(b), "r"(scale_d));
 }
 
@@ -117,6 +134,16 @@ __device__ __forceinline__ void wgmma_pv(float (&c)[D / 8][4], const std::uint32
     wgmma_m64n64_rs(c, a, b);
   } else {
     wgmma_m64n128_rs(c, a, b);
+  }
+}
+
+// S = Q K^T for N = 64 or 128 keys (both operands K-major).
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&c)[N / 8][4], std::uint64_t a, std::uint64_t b, int scale_d) {
+  if constexpr (N == 64) {
+    wgmma_m64n64_ss(c, a, b, scale_d);
+  } else {
+    wgmma_m64n128_ss(c, a, b, scale_d);
   }
 }
 
