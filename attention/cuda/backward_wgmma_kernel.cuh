@@ -8,13 +8,13 @@
 //   dV += P^T dO, dK += dS^T Q        wgmma, A = P^T / dS^T from registers, B = dO / Q (MN-major)
 //   dQ                                wgmma, A = dS read as the transpose of the stored dS^T
 //                                     tiles, B = K (both MN-major); see below
-// dQ of a block is split so that each warpgroup holds a [64 queries, 64] FP32 accumulator (32
-// registers): head dim 128 splits the dims (warpgroup w: dims 64w.., over all 128 keys, through
-// both warpgroups' dS^T tiles), head dim 64 the keys (warpgroup w: its own 64 keys, both adding
-// into the same dims). The accumulator goes to shared memory in fragment order and the copy engine
-// adds the 16 KB tile into the FP32 workspace (one bulk reduction, asynchronous: no per-element
-// atomics on the warps' path). Deterministic mode instead adds the CTA's tiles in key-block order
-// (turn counters) with plain loads and stores.
+// dQ of a block is computed over all 128 keys (through both warpgroups' dS^T tiles) and split so
+// that a warpgroup holds a [64 queries, 64] FP32 accumulator (32 registers): head dim 128 splits
+// the dims (warpgroup w: dims 64w..), head dim 64 alternates blocks (warpgroup i % 2 computes
+// block i's; the other goes on to the next block, which staggers the two). The accumulator goes to
+// shared memory in fragment order and the copy engine adds the 16 KB tile into the FP32 workspace
+// (one bulk reduction, asynchronous: no per-element atomics on the warps' path). Deterministic
+// mode instead adds the CTA's block in key-block order (turn counters) with plain loads and stores.
 // Thread 0 issues the copies: K and V once, Q and dO per query block into two slots, a slot
 // reused once all eight warps arrived on its `free` barrier; each warpgroup loads its own lse and
 // delta rows of the next block while the tensor cores compute S^T and dP^T.
@@ -42,13 +42,13 @@ struct WgmmaBackwardTraits {
   static constexpr int kBlockQ = 64;  // queries per step (entry.cu sizes the dQ turn counters by it)
   static constexpr int kQueryTiles = kBlockQ / 8;
   static constexpr int kDimTiles = kHeadDim / 8;
-  // dQ split: head dim 64 over keys (each warpgroup all 64 dims of its keys' sum), 128 over dims
-  static constexpr bool kDqSplitKeys = kHeadDim == 64;
+  // dQ split: head dim 128 over dims, 64 over blocks (one warpgroup computes a block's whole dQ)
+  static constexpr bool kDqAlternate = kHeadDim == 64;
   static constexpr int kTile = kGroupKeys * kHeadDim * 2;  // one [64, D] SW128 tile
   static constexpr int kDsTile = kGroupKeys * kBlockQ * 2;  // one warpgroup's dS^T [64 keys, 64 queries]
-  // dS^T is read by the other warpgroup only when dims are split; then double buffered so that a
-  // warpgroup never waits for the other's dQ product before writing the next block's tile
-  static constexpr int kDsBuffers = kDqSplitKeys ? 1 : 2;
+  // dS^T is read by both warpgroups' dQ products: double buffered, so that a warpgroup never waits
+  // for the other's dQ product before writing the next block's tile
+  static constexpr int kDsBuffers = 2;
   static constexpr int kDqTile = kBlockQ * 64 * 4;  // one warpgroup's FP32 dQ part
   static constexpr int kRowVals = kWarpgroups * 2 * 2 * kBlockQ * 4;  // [group][slot][lse | delta][BQ]
   // K x2, V x2, Q x2 slots, dO x2 slots, dS^T, dQ, lse|delta, barriers (K/V, Q/dO full x2, free x2)
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_backward_wgmma_kernel(const __grid_constant__ BackwardParams p) {
   constexpr int D = Traits::kHeadDim, BQ = Traits::kBlockQ, BK = Traits::kBlockK, GK = Traits::kGroupKeys;
   constexpr int NQ = Traits::kQueryTiles, DT = Traits::kDimTiles;
-  constexpr bool kPaper = Traits::kPaper, kSplitKeys = Traits::kDqSplitKeys;
+  constexpr bool kPaper = Traits::kPaper, kAlternate = Traits::kDqAlternate;
   constexpr float kInf = __builtin_huge_valf();
   constexpr int kBoxBytes = 64 * 64 * 2, kBoxes = D / 64, kTile = Traits::kTile, kDsTile = Traits::kDsTile;
   using Tile = WgmmaTile<64, D>;
@@ -88,9 +88,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const std::int64_t row_base = (std::int64_t(b) * p.heads + h) * p.q_len;
   const int first_query = causal ? max(0, k0 - (p.k_len - p.q_len)) : 0;
   const int qb_begin = first_query / BQ, qb_end = (p.q_len + BQ - 1) / BQ;
-  // dS barrier: head dim 128 reads both groups' dS^T tiles (the whole CTA), 64 only its own
-  const int ds_bar_id = kSplitKeys ? 1 + wg : 1, ds_bar_count = kSplitKeys ? 128 : 256;
-  const int dq_bar_id = 3 + wg;  // a group's dQ tile stored
+  constexpr int kDsBarrier = 1;  // both groups' dS^T tiles stored (named barrier, whole CTA)
+  const int dq_bar_id = 2 + wg;  // a group's dQ tile stored
 
   auto issue_query_block = [&](int qb, int slot) {
     mbar_arrive_expect_tx(bar_full(slot), 2 * kBoxes * kBoxBytes);
@@ -181,7 +180,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const float* s_lse = s_rowvals + (wg * 2 + slot) * 2 * BQ;
     const float* s_delta = s_lse + BQ;
     const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
-    const std::uint32_t s_ds_buf = s_ds + (kSplitKeys ? 0 : slot) * 2 * kDsTile;
+    const std::uint32_t s_ds_buf = s_ds + slot * 2 * kDsTile;
     std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
 #pragma unroll
     for (int nq = 0; nq < NQ; ++nq) {
@@ -210,20 +209,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     wgmma_commit();
     // the previous block's dQ reduction has read this group's dQ tile before anyone rewrites it
     if (tid == 0) bulk_wait_group_read<0>();
-    named_barrier_sync(ds_bar_id, ds_bar_count);  // dS^T tiles complete
+    named_barrier_sync(kDsBarrier, Traits::kThreads);  // dS^T tiles complete
 
-    // ---- dQ part [64 queries, 64] = BF16(dS) K: split keys (64: own keys, all dims) or dims
-    // (128: all 128 keys through both dS^T tiles, dims 64 wg..)
+    // ---- dQ part [64 queries, 64] = BF16(dS) K over the CTA's 128 keys (k-step kk: keys 16 kk..,
+    // in group kk / 4's tiles): dims 64 wg.. (128), or all dims if this group owns the block (64)
+    const bool has_dq = !kAlternate || (i & 1) == wg;
+    const int dq_tile = kAlternate ? 0 : wg;  // 64-dim tile of the block
     float acc_dq[8][4];
-    wgmma_fence();
+    if (has_dq) {
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < (kSplitKeys ? GK : BK) / 16; ++kk) {
-      const int src = kSplitKeys ? wg : kk / 4, step = kk % 4, dim_block = kSplitKeys ? 0 : wg;
-      wgmma_m64n64_ss_tt(acc_dq, sw128_desc(s_ds_buf + src * kDsTile + step * 2048, DsTile::kBlockBytes, 1024),
-                         sw128_desc(s_k + src * kTile + step * 2048 + dim_block * Tile::kBlockBytes, Tile::kBlockBytes, 1024),
-                         kk > 0);
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        const std::uint32_t a = s_ds_buf + (kk / 4) * kDsTile + (kk % 4) * 2048;
+        const std::uint32_t b = s_k + (kk / 4) * kTile + (kk % 4) * 2048 + dq_tile * Tile::kBlockBytes;
+        wgmma_m64n64_ss_tt(acc_dq, sw128_desc(a, DsTile::kBlockBytes, 1024), sw128_desc(b, Tile::kBlockBytes, 1024), kk > 0);
+      }
+      wgmma_commit();
     }
-    wgmma_commit();
     wgmma_wait_all();  // pa and dsa are read asynchronously: keep them until here
     fence_registers(pa);
     fence_registers(dsa);
@@ -231,32 +233,33 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (lane == 0) mbar_arrive(bar_free(slot));  // this warp no longer reads Q/dO of the slot
 
     // ---- dQ part -> shared memory (fragment order), then one bulk FP32 reduction into the workspace
+    if (has_dq) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(s_dq_group + (j * 128 + tid) * 16), "f"(acc_dq[j][0]),
-                   "f"(acc_dq[j][1]), "f"(acc_dq[j][2]), "f"(acc_dq[j][3])
-                   : "memory");
+      for (int j = 0; j < 8; ++j)
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(s_dq_group + (j * 128 + tid) * 16), "f"(acc_dq[j][0]),
+                     "f"(acc_dq[j][1]), "f"(acc_dq[j][2]), "f"(acc_dq[j][3])
+                     : "memory");
+    }
     float* dq_block = dq_head + std::int64_t(qb) * BQ * D;
     if (!p.deterministic) {
-      fence_proxy_async_smem();  // the copy engine reads the tile
-      named_barrier_sync(dq_bar_id, 128);
-      if (tid == 0) {
-        bulk_reduce_add_f32(dq_block + (kSplitKeys ? 0 : wg * DqFragmentOrder::kTileFloats), s_dq_group, Traits::kDqTile);
-        bulk_commit_group();
+      if (has_dq) {
+        fence_proxy_async_smem();  // the copy engine reads the tile
+        named_barrier_sync(dq_bar_id, 128);
+        if (tid == 0) {
+          bulk_reduce_add_f32(dq_block + dq_tile * DqFragmentOrder::kTileFloats, s_dq_group, Traits::kDqTile);
+          bulk_commit_group();
+        }
       }
     } else {
-      // key-block order: this CTA adds its whole [64, D] block (split keys: the two groups' sum)
+      // key-block order: this CTA adds its whole [64, D] block (128: both groups' tiles, which are
+      // the block's two dim tiles in order; 64: the owning group's tile)
       int* turn = p.dq_semaphore + ((std::int64_t(b) * p.heads + h) * n_qblocks + qb);
-      wait_turn(turn, kb);  // includes a CTA barrier: both dQ tiles are stored
-      const float4* tiles = reinterpret_cast<const float4*>(smem + (s_dq - s_k));
+      wait_turn(turn, kb);  // includes a CTA barrier: the dQ tiles are stored
+      const float4* tiles = reinterpret_cast<const float4*>(smem + (s_dq - s_k) + (kAlternate ? (i & 1) * Traits::kDqTile : 0));
       float4* dst = reinterpret_cast<float4*>(dq_block);
       constexpr int kVecs = BQ * D / 4;
       for (int v = threadIdx.x; v < kVecs; v += Traits::kThreads) {
-        float4 add = tiles[v];
-        if constexpr (kSplitKeys) {
-          const float4 other = tiles[kVecs + v];
-          add.x += other.x, add.y += other.y, add.z += other.z, add.w += other.w;
-        }
+        const float4 add = tiles[v];
         float4 cur = __ldcg(dst + v);
         cur.x += add.x, cur.y += add.y, cur.z += add.z, cur.w += add.w;
         __stcg(dst + v, cur);
