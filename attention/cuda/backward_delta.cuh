@@ -145,4 +145,29 @@ __global__ void __launch_bounds__(256) dq_convert_kernel(const __grid_constant__
   *reinterpret_cast<uint2*>(p.dq + p.q_strides.head(bb, hh) + i * p.q_strides.t + d) = out;
 }
 
+
+// The same from the wgmma kernel's fragment-ordered workspace (DqFragmentOrder): each thread
+// converts one float4 = two dims of two rows (16 warp + g, + 8); padding rows past Tq are skipped.
+template <int D>
+__global__ void __launch_bounds__(256) dq_convert_fragments_kernel(const __grid_constant__ BackwardParams p,
+                                                                   float product_scale) {
+  constexpr int kBlockVecs = DqFragmentOrder::kBlockQ * D / 4, kTileVecs = DqFragmentOrder::kTileFloats / 4;
+  const int n_blocks = DqFragmentOrder::blocks(p.q_len);
+  const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= std::int64_t(p.batch) * p.heads * n_blocks * kBlockVecs) return;
+  const std::int64_t block = idx / kBlockVecs;  // (b, h, query block)
+  const int in_block = int(idx % kBlockVecs), tile = in_block / kTileVecs, j = in_block % kTileVecs / 128;
+  const int thread = in_block % 128, warp = thread / 32, g = thread % 32 / 4, t = thread % 4;
+  const int qb = int(block % n_blocks), hh = int(block / n_blocks % p.heads), bb = int(block / n_blocks / p.heads);
+  const int row = qb * DqFragmentOrder::kBlockQ + warp * 16 + g, d = tile * 64 + j * 8 + 2 * t;
+  const float4 a = __ldcs(reinterpret_cast<const float4*>(p.dq_accum) + idx);
+  std::uint16_t* dq_head = p.dq + p.q_strides.head(bb, hh);
+  if (row < p.q_len)
+    *reinterpret_cast<std::uint32_t*>(dq_head + row * p.q_strides.t + d) =
+        pack_bf16x2(mul_rn(a.x, product_scale), mul_rn(a.y, product_scale));
+  if (row + 8 < p.q_len)
+    *reinterpret_cast<std::uint32_t*>(dq_head + (row + 8) * p.q_strides.t + d) =
+        pack_bf16x2(mul_rn(a.z, product_scale), mul_rn(a.w, product_scale));
+}
+
 }  // namespace stableflash::attention::cuda

@@ -1,14 +1,23 @@
 // Flash-attention backward for sm_90a with warpgroup MMA (wgmma) and bulk tensor copies, in
-// `fused` or `paper` numerics: backward_kernel.cuh's algorithm with the five products moved to
-// the tensor cores' asynchronous path. A CTA is one warpgroup owning 64 keys of one (b, h), 16
-// per warp (the m64 of a wgmma), and walks the query blocks of 64 that see them:
+// `fused` or `paper` numerics: backward_kernel.cuh's algorithm with the five products on the
+// tensor cores' asynchronous path. A CTA is two warpgroups owning 128 keys of one (b, h), 64 each
+// (16 per warp, the m64 of a wgmma), and walks the query blocks of 64 that see them; the two
+// warpgroups share each block's Q, dO, so every copy serves 128 keys. Per warpgroup and block:
 //   S^T = K Q^T, dP^T = V dO^T        wgmma, A and B from shared memory (K-major)
-//   P, dS (rounding points)           per warp on its 16 keys: the fragments of the mma.sync
-//                                     kernel, so that code carries over unchanged
+//   P, dS (rounding points)           probs_and_dscores (backward_kernel.cuh) on the fragments
 //   dV += P^T dO, dK += dS^T Q        wgmma, A = P^T / dS^T from registers, B = dO / Q (MN-major)
-//   dQ = dS K                         wgmma, A = dS read as the transpose of the dS^T tile it
-//                                     stores, B = K (both MN-major); FP32 atomics or ordered adds
-// K and V arrive once, Q and dO per query block (double buffered), all by TMA on mbarriers.
+//   dQ                                wgmma, A = dS read as the transpose of the stored dS^T
+//                                     tiles, B = K (both MN-major); see below
+// dQ of a block is computed over all 128 keys (through both warpgroups' dS^T tiles) and split so
+// that a warpgroup holds a [64 queries, 64] FP32 accumulator (32 registers): head dim 128 splits
+// the dims (warpgroup w: dims 64w..), head dim 64 alternates blocks (warpgroup i % 2 computes
+// block i's; the other goes on to the next block, which staggers the two). The accumulator goes to
+// shared memory in fragment order and the copy engine adds the 16 KB tile into the FP32 workspace
+// (one bulk reduction, asynchronous: no per-element atomics on the warps' path). Deterministic
+// mode instead adds the CTA's block in key-block order (turn counters) with plain loads and stores.
+// Thread 0 issues the copies: K and V once, Q and dO per query block into two slots, a slot
+// reused once all eight warps arrived on its `free` barrier; each warpgroup loads its own lse and
+// delta rows of the next block while the tensor cores compute S^T and dP^T.
 #pragma once
 
 #include <cstdint>
@@ -26,65 +35,99 @@ template <int kHeadDim_, bool kPaper_>
 struct WgmmaBackwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kPaper = kPaper_;
-  static constexpr int kThreads = 128;
-  static constexpr int kBlockK = 64;  // keys per CTA
+  static constexpr int kWarpgroups = 2;
+  static constexpr int kThreads = 128 * kWarpgroups;
+  static constexpr int kGroupKeys = 64;                      // keys per warpgroup (wgmma m64)
+  static constexpr int kBlockK = kGroupKeys * kWarpgroups;  // keys per CTA (deterministic turns count these)
   static constexpr int kBlockQ = 64;  // queries per step (entry.cu sizes the dQ turn counters by it)
   static constexpr int kQueryTiles = kBlockQ / 8;
   static constexpr int kDimTiles = kHeadDim / 8;
-  static constexpr int kTile = kBlockK * kHeadDim * 2;  // one [64, D] SW128 tile
-  static constexpr int kSmemDS = kBlockK * kBlockQ * 2;
-  // K, V, Q x2, dO x2, dS^T, lse|delta x2, barriers (K/V, Q/dO x2)
-  static constexpr int kSmemBytes = 6 * kTile + kSmemDS + 2 * 2 * kBlockQ * 4 + 3 * 8;
-  static constexpr int kMinBlocks = kHeadDim == 64 ? 3 : 2;
+  // dQ split: head dim 128 over dims, 64 over blocks (one warpgroup computes a block's whole dQ)
+  static constexpr bool kDqAlternate = kHeadDim == 64;
+  static constexpr int kTile = kGroupKeys * kHeadDim * 2;  // one [64, D] SW128 tile
+  static constexpr int kDsTile = kGroupKeys * kBlockQ * 2;  // one warpgroup's dS^T [64 keys, 64 queries]
+  // dS^T is read by both warpgroups' dQ products: double buffered, so that a warpgroup never waits
+  // for the other's dQ product before writing the next block's tile
+  static constexpr int kDsBuffers = 2;
+  static constexpr int kDqTile = kBlockQ * 64 * 4;  // one warpgroup's FP32 dQ part
+  static constexpr int kRowVals = kWarpgroups * 2 * 2 * kBlockQ * 4;  // [group][slot][lse | delta][BQ]
+  // K x2, V x2, Q x2 slots, dO x2 slots, dS^T, dQ, lse|delta, barriers (K/V, Q/dO full x2, free x2)
+  static constexpr int kSmemBytes =
+      kWarpgroups * 2 * kTile + 4 * kTile + kDsBuffers * kWarpgroups * kDsTile + kWarpgroups * kDqTile + kRowVals + 5 * 8;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
   static_assert(kBlockQ == 64, "dS^T rows are one 128-byte SW128 block");
+  static_assert(kSmemBytes <= 227 * 1024, "fits one CTA per SM");
 };
 
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks)
+__global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_backward_wgmma_kernel(const __grid_constant__ BackwardParams p) {
-  constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK, BQ = Traits::kBlockQ;
+  constexpr int D = Traits::kHeadDim, BQ = Traits::kBlockQ, BK = Traits::kBlockK, GK = Traits::kGroupKeys;
   constexpr int NQ = Traits::kQueryTiles, DT = Traits::kDimTiles;
-  constexpr bool kPaper = Traits::kPaper;
+  constexpr bool kPaper = Traits::kPaper, kAlternate = Traits::kDqAlternate;
   constexpr float kInf = __builtin_huge_valf();
-  constexpr int kBoxBytes = 64 * 64 * 2, kBoxes = D / 64, kTile = Traits::kTile;
+  constexpr int kBoxBytes = 64 * 64 * 2, kBoxes = D / 64, kTile = Traits::kTile, kDsTile = Traits::kDsTile;
   using Tile = WgmmaTile<64, D>;
+  using DsTile = WgmmaTile<64, 64>;
 
   extern __shared__ __align__(1024) unsigned char smem[];
-  const std::uint32_t s_k = smem_u32(smem), s_v = s_k + kTile, s_q0 = s_v + kTile, s_do0 = s_q0 + 2 * kTile;
-  const std::uint32_t s_ds = s_do0 + 2 * kTile;
-  float* s_rowvals = reinterpret_cast<float*>(smem + 6 * kTile + Traits::kSmemDS);  // [2][lse | delta][BQ]
-  const std::uint32_t bars = s_k + 6 * kTile + Traits::kSmemDS + 2 * 2 * BQ * 4;    // K/V, Q/dO slot 0, slot 1
+  // [K0 K1][V0 V1][Q slot 0, 1][dO slot 0, 1][dS^T buffers x groups][dQ x groups][lse|delta][barriers]
+  const std::uint32_t s_k = smem_u32(smem), s_v = s_k + 2 * kTile, s_q0 = s_v + 2 * kTile, s_do0 = s_q0 + 2 * kTile;
+  const std::uint32_t s_ds = s_do0 + 2 * kTile, s_dq = s_ds + Traits::kDsBuffers * 2 * kDsTile;
+  const std::uint32_t rowvals_offset = s_dq + 2 * Traits::kDqTile - s_k;
+  float* s_rowvals = reinterpret_cast<float*>(smem + rowvals_offset);
+  const std::uint32_t bar_kv = s_k + rowvals_offset + Traits::kRowVals;
+  auto bar_full = [&](int slot) { return bar_kv + 8 * (1 + slot); };  // Q and dO of a slot arrived
+  auto bar_free = [&](int slot) { return bar_kv + 8 * (3 + slot); };  // every warp is done with a slot
 
   const int b = blockIdx.z, h = blockIdx.y, kb = blockIdx.x, k0 = kb * BK;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int group_k0 = k0 + wg * GK;  // this warpgroup's first key
   const bool causal = p.causal != 0;
   const std::int64_t row_base = (std::int64_t(b) * p.heads + h) * p.q_len;
   const int first_query = causal ? max(0, k0 - (p.k_len - p.q_len)) : 0;
   const int qb_begin = first_query / BQ, qb_end = (p.q_len + BQ - 1) / BQ;
+  constexpr int kDsBarrier = 1;  // both groups' dS^T tiles stored (named barrier, whole CTA)
+  const int dq_bar_id = 2 + wg;  // a group's dQ tile stored
 
   auto issue_query_block = [&](int qb, int slot) {
-    const std::uint32_t bar = bars + 8 * (1 + slot);
-    mbar_arrive_expect_tx(bar, 2 * kBoxes * kBoxBytes);
+    mbar_arrive_expect_tx(bar_full(slot), 2 * kBoxes * kBoxBytes);
 #pragma unroll
     for (int x = 0; x < kBoxes; ++x) {
-      tma_load_4d(s_q0 + slot * kTile + x * kBoxBytes, &p.tma_q, 64 * x, qb * BQ, h, b, bar);
-      tma_load_4d(s_do0 + slot * kTile + x * kBoxBytes, &p.tma_do, 64 * x, qb * BQ, h, b, bar);
+      tma_load_4d(s_q0 + slot * kTile + x * kBoxBytes, &p.tma_q, 64 * x, qb * BQ, h, b, bar_full(slot));
+      tma_load_4d(s_do0 + slot * kTile + x * kBoxBytes, &p.tma_do, 64 * x, qb * BQ, h, b, bar_full(slot));
     }
   };
+  // lse and delta of block qb for this group (thread r < 64: lse of row r, else delta of row r - 64);
+  // rows past Tq get lse = +inf so P = 0 there
+  auto load_rowvals = [&](int qb, int slot) {
+    const int r = tid % BQ, q = qb * BQ + r;
+    float* vals = s_rowvals + (wg * 2 + slot) * 2 * BQ;
+    if (tid < BQ) {
+      vals[r] = q < p.q_len ? p.lse[row_base + q] : kInf;
+    } else {
+      vals[BQ + r] = q < p.q_len ? p.delta[row_base + q] : 0.0f;
+    }
+  };
+
+  if (qb_begin < qb_end) load_rowvals(qb_begin, 0);
   if (threadIdx.x == 0) {
-#pragma unroll
-    for (int i = 0; i < 3; ++i) mbar_init(bars + 8 * i, 1);
+    mbar_init(bar_kv, 1);
+    mbar_init(bar_full(0), 1), mbar_init(bar_full(1), 1);
+    mbar_init(bar_free(0), 8), mbar_init(bar_free(1), 8);
     mbar_fence_init();
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    mbar_arrive_expect_tx(bars, 2 * kBoxes * kBoxBytes);
+    mbar_arrive_expect_tx(bar_kv, 4 * kBoxes * kBoxBytes);
 #pragma unroll
-    for (int x = 0; x < kBoxes; ++x) {
-      tma_load_4d(s_k + x * kBoxBytes, &p.tma_k, 64 * x, k0, h, b, bars);
-      tma_load_4d(s_v + x * kBoxBytes, &p.tma_v, 64 * x, k0, h, b, bars);
-    }
+    for (int grp = 0; grp < 2; ++grp)
+#pragma unroll
+      for (int x = 0; x < kBoxes; ++x) {
+        tma_load_4d(s_k + grp * kTile + x * kBoxBytes, &p.tma_k, 64 * x, k0 + grp * GK, h, b, bar_kv);
+        tma_load_4d(s_v + grp * kTile + x * kBoxBytes, &p.tma_v, 64 * x, k0 + grp * GK, h, b, bar_kv);
+      }
     if (qb_begin < qb_end) issue_query_block(qb_begin, 0);
   }
 
@@ -93,24 +136,17 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks)
   for (int nd = 0; nd < DT; ++nd)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[nd][e] = acc_dv[nd][e] = 0.0f;
-  mbar_wait(bars, 0);
+  mbar_wait(bar_kv, 0);
 
+  const std::uint32_t s_k_group = s_k + wg * kTile, s_v_group = s_v + wg * kTile;
+  const std::uint32_t s_dq_group = s_dq + wg * Traits::kDqTile;
   const int key_row = warp * 16;
+  const int n_qblocks = DqFragmentOrder::blocks(p.q_len);
+  float* dq_head = p.dq_accum + (std::int64_t(b) * p.heads + h) * n_qblocks * BQ * D;  // fragment order
   for (int qb = qb_begin; qb < qb_end; ++qb) {
     const int i = qb - qb_begin, slot = i & 1, q0 = qb * BQ;
-    if (threadIdx.x == 0 && qb + 1 < qb_end) issue_query_block(qb + 1, slot ^ 1);  // released at the end of step i - 1
-    // lse and delta of this block; rows past Tq get lse = +inf so P = 0 there
-    float* vals = s_rowvals + slot * 2 * BQ;
-    for (int r = threadIdx.x; r < BQ; r += Traits::kThreads) {
-      const bool valid = q0 + r < p.q_len;
-      vals[r] = valid ? p.lse[row_base + q0 + r] : kInf;
-      vals[BQ + r] = valid ? p.delta[row_base + q0 + r] : 0.0f;
-    }
-    mbar_wait(bars + 8 * (1 + slot), (i >> 1) & 1);
-    __syncthreads();
     const std::uint32_t s_q = s_q0 + slot * kTile, s_do = s_do0 + slot * kTile;
-    const float* s_lse = vals;
-    const float* s_delta = vals + BQ;
+    mbar_wait(bar_full(slot), (i >> 1) & 1);
 
     // ---- S^T = K Q^T and dP^T = V dO^T (K-major operands: step kk is 32 bytes into a block)
     float st[NQ][4], dpt[NQ][4];
@@ -118,38 +154,50 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const std::uint32_t off = (kk / 4) * Tile::kBlockBytes + (kk % 4) * 32;
-      wgmma_m64n64_ss(st, sw128_desc(s_k + off, 16, 1024), sw128_desc(s_q + off, 16, 1024), kk > 0);
+      wgmma_m64n64_ss(st, sw128_desc(s_k_group + off, 16, 1024), sw128_desc(s_q + off, 16, 1024), kk > 0);
     }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const std::uint32_t off = (kk / 4) * Tile::kBlockBytes + (kk % 4) * 32;
-      wgmma_m64n64_ss(dpt, sw128_desc(s_v + off, 16, 1024), sw128_desc(s_do + off, 16, 1024), kk > 0);
+      wgmma_m64n64_ss(dpt, sw128_desc(s_v_group + off, 16, 1024), sw128_desc(s_do + off, 16, 1024), kk > 0);
     }
     wgmma_commit();
+    // while the tensor cores work: the next block's rows, and its copies once every warp is done
+    // with the slot they overwrite (block i - 1's)
+    if (qb + 1 < qb_end) {
+      load_rowvals(qb + 1, slot ^ 1);
+      if (threadIdx.x == 0) {
+        if (i >= 1) mbar_wait(bar_free(slot ^ 1), ((i - 1) >> 1) & 1);
+        issue_query_block(qb + 1, slot ^ 1);
+      }
+    }
     wgmma_wait_all();
     fence_registers(st);
     fence_registers(dpt);
 
     // ---- P and dS at the mode's rounding points (backward_kernel.cuh's element mapping):
-    // element (nq, e) is key k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
-    const bool need_mask = k0 + BK > p.k_len || (causal && k0 + BK - 1 > q0 + p.k_len - p.q_len);
+    // element (nq, e) is key group_k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
+    const float* s_lse = s_rowvals + (wg * 2 + slot) * 2 * BQ;
+    const float* s_delta = s_lse + BQ;
+    const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
+    const std::uint32_t s_ds_buf = s_ds + slot * 2 * kDsTile;
     std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
 #pragma unroll
     for (int nq = 0; nq < NQ; ++nq) {
       float pv[4], dsv[4];
-      probs_and_dscores<kPaper>(p, st[nq], dpt[nq], nq * 8 + 2 * t, k0 + key_row + g, q0, need_mask, causal, s_lse, s_delta,
-                                pv, dsv);
+      probs_and_dscores<kPaper>(p, st[nq], dpt[nq], nq * 8 + 2 * t, group_k0 + key_row + g, q0, need_mask, causal, s_lse,
+                                s_delta, pv, dsv);
       pa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(pv[0], pv[1]);
       pa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(pv[2], pv[3]);
       dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
       dsa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(dsv[2], dsv[3]);
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {  // dS^T [key][query] for dQ, in the SW128 layout
-        const std::uint32_t addr = s_ds + WgmmaTile<64, 64>::offset(key_row + g + 8 * hf, nq) + 4 * t;
+        const std::uint32_t addr = s_ds_buf + wg * kDsTile + DsTile::offset(key_row + g + 8 * hf, nq) + 4 * t;
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
       }
     }
-    fence_proxy_async_smem();  // the dS^T stores are read by wgmma next
+    fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the barrier below
 
     // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q (B MN-major: 16 queries step 2048 bytes)
     wgmma_fence();
@@ -159,43 +207,67 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks)
       wgmma_pv<D>(acc_dk, dsa[kq], sw128_desc(s_q + kq * 2048, Tile::kBlockBytes, 1024));
     }
     wgmma_commit();
+    // the previous block's dQ reduction has read this group's dQ tile before anyone rewrites it
+    if (tid == 0) bulk_wait_group_read<0>();
+    named_barrier_sync(kDsBarrier, Traits::kThreads);  // dS^T tiles complete
+
+    // ---- dQ part [64 queries, 64] = BF16(dS) K over the CTA's 128 keys (k-step kk: keys 16 kk..,
+    // in group kk / 4's tiles): dims 64 wg.. (128), or all dims if this group owns the block (64)
+    const bool has_dq = !kAlternate || (i & 1) == wg;
+    const int dq_tile = kAlternate ? 0 : wg;  // 64-dim tile of the block
+    float acc_dq[8][4];
+    if (has_dq) {
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        const std::uint32_t a = s_ds_buf + (kk / 4) * kDsTile + (kk % 4) * 2048;
+        const std::uint32_t b = s_k + (kk / 4) * kTile + (kk % 4) * 2048 + dq_tile * Tile::kBlockBytes;
+        wgmma_m64n64_ss_tt(acc_dq, sw128_desc(a, DsTile::kBlockBytes, 1024), sw128_desc(b, Tile::kBlockBytes, 1024), kk > 0);
+      }
+      wgmma_commit();
+    }
     wgmma_wait_all();  // pa and dsa are read asynchronously: keep them until here
     fence_registers(pa);
     fence_registers(dsa);
-    __syncthreads();  // dS^T complete
-
-    // ---- dQ[q0 .. q0 + 64, :] = BF16(dS) K over this CTA's 64 keys: this warp's 16 queries
-    float acc_dq[DT][4];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk)
-      wgmma_ss_tt<D>(acc_dq, sw128_desc(s_ds + kk * 2048, WgmmaTile<64, 64>::kBlockBytes, 1024),
-                     sw128_desc(s_k + kk * 2048, Tile::kBlockBytes, 1024), kk > 0);
-    wgmma_commit();
-    wgmma_wait_all();
     fence_registers(acc_dq);
-    float* dq_head = p.dq_accum + row_base * D;  // [Tq, D] FP32
-    int* turn = p.dq_semaphore + ((std::int64_t(b) * p.heads + h) * ((p.q_len + BQ - 1) / BQ) + qb);
-    if (p.deterministic) wait_turn(turn, kb);
+    if (lane == 0) mbar_arrive(bar_free(slot));  // this warp no longer reads Q/dO of the slot
+
+    // ---- dQ part -> shared memory (fragment order), then one bulk FP32 reduction into the workspace
+    if (has_dq) {
 #pragma unroll
-    for (int nd = 0; nd < DT; ++nd)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int qi = q0 + warp * 16 + g + 8 * hf;
-        if (qi >= p.q_len) continue;
-        float2* dst = reinterpret_cast<float2*>(dq_head + std::int64_t(qi) * D + nd * 8 + 2 * t);
-        const float2 add = make_float2(acc_dq[nd][2 * hf], acc_dq[nd][2 * hf + 1]);
-        if (p.deterministic) {
-          float2 cur = __ldcg(dst);
-          cur.x += add.x, cur.y += add.y;
-          __stcg(dst, cur);
-        } else {
-          atomicAdd(dst, add);
+      for (int j = 0; j < 8; ++j)
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(s_dq_group + (j * 128 + tid) * 16), "f"(acc_dq[j][0]),
+                     "f"(acc_dq[j][1]), "f"(acc_dq[j][2]), "f"(acc_dq[j][3])
+                     : "memory");
+    }
+    float* dq_block = dq_head + std::int64_t(qb) * BQ * D;
+    if (!p.deterministic) {
+      if (has_dq) {
+        fence_proxy_async_smem();  // the copy engine reads the tile
+        named_barrier_sync(dq_bar_id, 128);
+        if (tid == 0) {
+          bulk_reduce_add_f32(dq_block + dq_tile * DqFragmentOrder::kTileFloats, s_dq_group, Traits::kDqTile);
+          bulk_commit_group();
         }
       }
-    if (p.deterministic) pass_turn(turn, kb + 1);
-    __syncthreads();  // dS^T and this block's Q/dO slot are rewritten next
+    } else {
+      // key-block order: this CTA adds its whole [64, D] block (128: both groups' tiles, which are
+      // the block's two dim tiles in order; 64: the owning group's tile)
+      int* turn = p.dq_semaphore + ((std::int64_t(b) * p.heads + h) * n_qblocks + qb);
+      wait_turn(turn, kb);  // includes a CTA barrier: the dQ tiles are stored
+      const float4* tiles = reinterpret_cast<const float4*>(smem + (s_dq - s_k) + (kAlternate ? (i & 1) * Traits::kDqTile : 0));
+      float4* dst = reinterpret_cast<float4*>(dq_block);
+      constexpr int kVecs = BQ * D / 4;
+      for (int v = threadIdx.x; v < kVecs; v += Traits::kThreads) {
+        const float4 add = tiles[v];
+        float4 cur = __ldcg(dst + v);
+        cur.x += add.x, cur.y += add.y, cur.z += add.z, cur.w += add.w;
+        __stcg(dst + v, cur);
+      }
+      pass_turn(turn, kb + 1);  // its CTA barrier also ends the reads of the dQ tiles
+    }
   }
+  if (tid == 0) bulk_wait_group<0>();  // the last reduction is done before the CTA's memory goes
   fence_registers(acc_dk);
   fence_registers(acc_dv);
 
@@ -205,7 +277,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks)
   std::uint16_t* dv_head = p.dv + p.k_strides.head(b, h);
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    const int key = k0 + key_row + g + 8 * hf;
+    const int key = group_k0 + key_row + g + 8 * hf;
     if (key >= p.k_len) continue;
 #pragma unroll
     for (int nd = 0; nd < DT; ++nd) {

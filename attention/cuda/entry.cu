@@ -248,7 +248,9 @@ void backward(const BackwardArgs& a, const AttentionOptions& opt) {
   const std::size_t rows = std::size_t(s.rows());
   const std::size_t sems = opt.deterministic ? std::size_t(s.batch) * s.heads * ((s.q_len + kBlockQ - 1) / kBlockQ) : 0;
   const std::size_t delta_bytes = a.delta ? 0 : rows * sizeof(float);
-  const std::size_t dq_bytes = rows * s.head_dim * sizeof(float);
+  // the wgmma kernel's fragment order pads Tq to its query block (DqFragmentOrder)
+  const std::size_t padded_rows = std::size_t(s.batch) * s.heads * DqFragmentOrder::blocks(s.q_len) * DqFragmentOrder::kBlockQ;
+  const std::size_t dq_bytes = padded_rows * s.head_dim * sizeof(float);
   // one allocation: dQ accumulator | turn counters | delta
   char* ws = static_cast<char*>(workspace_alloc(dq_bytes + sems * sizeof(int) + delta_bytes, stream));
   p.dq_accum = reinterpret_cast<float*>(ws);

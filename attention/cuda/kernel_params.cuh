@@ -51,7 +51,8 @@ struct BackwardParams {
   const std::uint16_t *q, *k, *v, *o, *o_residual, *d_o;
   const float* lse;   // [B, H, Tq]
   float* delta;       // [B, H, Tq] (written by the delta kernels, read by the main kernel)
-  float* dq_accum;    // [B, H, Tq, D] FP32, zeroed before the main kernel
+  float* dq_accum;    // FP32, zeroed before the main kernel: [B, H, Tq, D] (mma.sync kernel) or
+                      // DqFragmentOrder (wgmma kernel); entry.cu allocates the larger
   int* dq_semaphore;  // [B, H, ceil(Tq / BlockQ)] deterministic mode only, zeroed
   std::uint16_t *dq, *dk, *dv;
   TensorStrides q_strides, k_strides;
@@ -60,6 +61,17 @@ struct BackwardParams {
   int causal;
   int deterministic;
   int delta_source;  // DeltaSource
+};
+
+// dQ workspace order of the wgmma backward: per (b, h, 64-query block; Tq padded to the block), D / 64
+// tiles of [64 queries, 64 dims], each in accumulator-fragment order [8 dim groups j][128 threads][4]:
+// element (j, thread, e) is query 16 warp + g + 8 (e / 2), dim 64 tile + 8 j + 2 t + (e % 2)
+// (warp = thread / 32, g = thread % 32 / 4, t = thread % 4). A warpgroup stores its 32 values with
+// four conflict-free 16-byte stores, and the tile is one contiguous bulk reduction.
+struct DqFragmentOrder {
+  static constexpr int kBlockQ = 64;
+  static constexpr int kTileFloats = kBlockQ * 64;
+  __host__ __device__ static int blocks(int q_len) { return (q_len + kBlockQ - 1) / kBlockQ; }
 };
 
 // Bottom-right aligned causal visibility: query i sees keys j <= i + (Tk - Tq).

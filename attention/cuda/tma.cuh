@@ -38,4 +38,36 @@ __device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const CUtensorMap
       : "memory");
 }
 
+
+// A plain arrival (consumers telling the copy issuer that a buffer may be overwritten).
+__device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Bulk reduction shared -> global: dst[0 .. bytes / 4) += src elementwise in FP32, done by the copy
+// engine at L2 (one instruction for a whole tile instead of one atomic per element). Both
+// addresses 16-byte aligned, bytes a multiple of 16. Completion is tracked per issuing thread in
+// bulk groups: commit, then wait until the shared source has been read (it may be rewritten) or
+// until the writes are done.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, std::uint32_t src, std::uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Named barrier: the `count` threads (a multiple of 32) that use barrier `id` (1..15; __syncthreads
+// is 0) wait for each other, so one warpgroup can synchronize without stopping the other.
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 }  // namespace stableflash::attention::cuda
