@@ -150,16 +150,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     // ---- S^T = K Q^T and dP^T = V dO^T (K-major operands: step kk is 32 bytes into a block)
     float st[NQ][4], dpt[NQ][4];
+    const Sw128Desc k_desc(s_k_group, 16, 1024), q_desc(s_q, 16, 1024), v_desc(s_v_group, 16, 1024), do_desc(s_do, 16, 1024);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const std::uint32_t off = (kk / 4) * Tile::kBlockBytes + (kk % 4) * 32;
-      wgmma_m64n64_ss(st, sw128_desc(s_k_group + off, 16, 1024), sw128_desc(s_q + off, 16, 1024), kk > 0);
+      wgmma_m64n64_ss(st, k_desc.at(off), q_desc.at(off), kk > 0);
     }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const std::uint32_t off = (kk / 4) * Tile::kBlockBytes + (kk % 4) * 32;
-      wgmma_m64n64_ss(dpt, sw128_desc(s_v_group + off, 16, 1024), sw128_desc(s_do + off, 16, 1024), kk > 0);
+      wgmma_m64n64_ss(dpt, v_desc.at(off), do_desc.at(off), kk > 0);
     }
     wgmma_commit();
     // while the tensor cores work: the next block's rows, and its copies once every warp is done
@@ -200,11 +201,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the barrier below
 
     // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q (B MN-major: 16 queries step 2048 bytes)
+    const Sw128Desc do_mn(s_do, Tile::kBlockBytes, 1024), q_mn(s_q, Tile::kBlockBytes, 1024);
     wgmma_fence();
 #pragma unroll
     for (int kq = 0; kq < BQ / 16; ++kq) {
-      wgmma_pv<D>(acc_dv, pa[kq], sw128_desc(s_do + kq * 2048, Tile::kBlockBytes, 1024));
-      wgmma_pv<D>(acc_dk, dsa[kq], sw128_desc(s_q + kq * 2048, Tile::kBlockBytes, 1024));
+      wgmma_pv<D>(acc_dv, pa[kq], do_mn.at(kq * 2048));
+      wgmma_pv<D>(acc_dk, dsa[kq], q_mn.at(kq * 2048));
     }
     wgmma_commit();
     // the previous block's dQ reduction has read this group's dQ tile before anyone rewrites it
@@ -217,12 +219,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int dq_tile = kAlternate ? 0 : wg;  // 64-dim tile of the block
     float acc_dq[8][4];
     if (has_dq) {
+      const Sw128Desc ds_mn(s_ds_buf, DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk) {
-        const std::uint32_t a = s_ds_buf + (kk / 4) * kDsTile + (kk % 4) * 2048;
-        const std::uint32_t b = s_k + (kk / 4) * kTile + (kk % 4) * 2048 + dq_tile * Tile::kBlockBytes;
-        wgmma_m64n64_ss_tt(acc_dq, sw128_desc(a, DsTile::kBlockBytes, 1024), sw128_desc(b, Tile::kBlockBytes, 1024), kk > 0);
+        const std::uint32_t a = (kk / 4) * kDsTile + (kk % 4) * 2048;
+        const std::uint32_t b = (kk / 4) * kTile + (kk % 4) * 2048;
+        wgmma_m64n64_ss_tt(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
       }
       wgmma_commit();
     }

@@ -31,11 +31,12 @@ namespace stableflash::attention::cuda {
 // K are K-major, so step kk is 32 bytes into a 64-column block. Issued, not waited for.
 template <int D, int N>
 __device__ __forceinline__ void issue_scores(float (&sc)[1][N / 8][4], std::uint32_t s_q, std::uint32_t s_k) {
+  const Sw128Desc q(s_q, 16, 1024), k(s_k, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const std::uint32_t q_off = (kk / 4) * WgmmaTile<64, D>::kBlockBytes + (kk % 4) * 32;
     const std::uint32_t k_off = (kk / 4) * WgmmaTile<N, D>::kBlockBytes + (kk % 4) * 32;
-    wgmma_ss<N>(sc[0], sw128_desc(s_q + q_off, 16, 1024), sw128_desc(s_k + k_off, 16, 1024), kk > 0);
+    wgmma_ss<N>(sc[0], q.at(q_off), k.at(k_off), kk > 0);
   }
 }
 
@@ -43,8 +44,9 @@ __device__ __forceinline__ void issue_scores(float (&sc)[1][N / 8][4], std::uint
 // the 64-wide d blocks are a block of N rows apart). Issued, not waited for.
 template <int D, int N>
 __device__ __forceinline__ void issue_pv(float (&acc)[D / 8][4], const std::uint32_t (&pa)[N / 16][4], std::uint32_t s_v) {
+  const Sw128Desc v(s_v, WgmmaTile<N, D>::kBlockBytes, 1024);
 #pragma unroll
-  for (int kk = 0; kk < N / 16; ++kk) wgmma_pv<D>(acc, pa[kk], sw128_desc(s_v + kk * 2048, WgmmaTile<N, D>::kBlockBytes, 1024));
+  for (int kk = 0; kk < N / 16; ++kk) wgmma_pv<D>(acc, pa[kk], v.at(kk * 2048));
 }
 
 // Copies a [rows, D] tile (rows a multiple of 64) into the SW128 layout with 64 x 64 boxes:

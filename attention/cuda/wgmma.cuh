@@ -26,13 +26,21 @@ struct WgmmaTile {
   }
 };
 
-__device__ __forceinline__ std::uint64_t sw128_desc(std::uint32_t smem_addr, std::uint32_t lbo_bytes, std::uint32_t sbo_bytes) {
-  std::uint64_t d = (smem_addr >> 4) & 0x3fffu;
-  d |= std::uint64_t((lbo_bytes >> 4) & 0x3fffu) << 16;
-  d |= std::uint64_t((sbo_bytes >> 4) & 0x3fffu) << 32;
-  d |= std::uint64_t(1) << 62;  // 128-byte swizzle
-  return d;
-}
+// A SW128 descriptor built once and moved along its tile with one 32-bit add per product: the
+// start address is the low word's 14-bit field (in 16-byte units) and shared memory ends below
+// 2^18 bytes, so adding an in-tile offset never carries into the LBO field above it. Rebuilding
+// each descriptor from its address costs ~6 uniform instructions per wgmma, which the softmax
+// warps pay in issue slots.
+struct Sw128Desc {
+  std::uint32_t lo, hi;
+  __device__ __forceinline__ Sw128Desc(std::uint32_t smem_addr, std::uint32_t lbo_bytes, std::uint32_t sbo_bytes)
+      : lo(((smem_addr >> 4) & 0x3fffu) | (((lbo_bytes >> 4) & 0x3fffu) << 16)),
+        hi(((sbo_bytes >> 4) & 0x3fffu) | (1u << 30)) {}  // bit 62: 128-byte swizzle
+  __device__ __forceinline__ std::uint64_t at(std::uint32_t byte_offset) const {
+    return (std::uint64_t(hi) << 32) | (lo + (byte_offset >> 4));
+  }
+};
+
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
