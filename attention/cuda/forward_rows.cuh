@@ -388,6 +388,13 @@ struct ForwardRows {
           const float l_tile = paper::clamp_tile_sum(quad_sum(l_unit[mi][hf]));
           if (m_unit[mi][hf] == -kInf) continue;  // the row skips this unit (acc stayed 0)
           const float c = c_unit[mi][hf];
+          if (p.o_residual) {  // the FP32 shadow serves the residual only
+#pragma unroll
+            for (int nd = 0; nd < DT; ++nd)
+#pragma unroll
+              for (int e2 = 0; e2 < 2; ++e2)
+                shadow[mi][nd][2 * hf + e2] = paper::update_shadow(shadow[mi][nd][2 * hf + e2], c, acc[mi][nd][2 * hf + e2]);
+          }
 #pragma unroll
           for (int nd = 0; nd < DT; ++nd) {
             float o2[2] = {bf16_lo(o_bf[mi][nd][hf]), bf16_hi(o_bf[mi][nd][hf])};
@@ -395,7 +402,6 @@ struct ForwardRows {
             for (int e2 = 0; e2 < 2; ++e2) {
               const float dot = acc[mi][nd][2 * hf + e2];
               o2[e2] = paper::update_output(o2[e2], c, paper::tile_output(dot, p.round_bits), p.round_bits);
-              if (p.o_residual) shadow[mi][nd][2 * hf + e2] = paper::update_shadow(shadow[mi][nd][2 * hf + e2], c, dot);
               acc[mi][nd][2 * hf + e2] = 0.0f;
             }
             o_bf[mi][nd][hf] = pack_bf16x2(o2[0], o2[1]);  // exact: O holds <= 7 significand bits
@@ -405,6 +411,21 @@ struct ForwardRows {
           m[mi][hf] = m_unit[mi][hf];
         }
       }
+  }
+
+  // The element's O_fp32 (fused: acc / l; paper: the FP32 shadow over its FP32 sum, only when a
+  // residual is asked for) and its rounded O. A row that saw no key has acc = O = shadow = 0 and
+  // gets rcp = 0, so both come out 0 with no per-element branch.
+  __device__ float exact_output(int mi, int nd, int hf, int e2, float l_row, float rcp_l, float rcp_shadow) const {
+    if constexpr (kPaper) return quotient_rn(shadow[mi][nd][2 * hf + e2], l_shadow[mi][hf], rcp_shadow);
+    return quotient_rn(acc[mi][nd][2 * hf + e2], l_row, rcp_l);  // fused::unrounded_output
+  }
+  __device__ float rounded_output(const ForwardParams& p, int mi, int nd, int hf, int e2, float l_row, float rcp_l) const {
+    if constexpr (kPaper) {
+      const float o_acc = e2 == 0 ? bf16_lo(o_bf[mi][nd][hf]) : bf16_hi(o_bf[mi][nd][hf]);
+      return round_output(quotient_rn(o_acc, l_row, rcp_l), p.round_bits);  // paper::finalize_output
+    }
+    return fused::finalize_output(exact_output(mi, nd, hf, e2, l_row, rcp_l, 0.0f), p.round_bits);
   }
 
   // O (and its residual), lse and the event counters. Rows that saw no key: o = 0, lse = +inf.
@@ -420,27 +441,27 @@ struct ForwardRows {
         if (i >= p.q_len) continue;
         const bool seen = m[mi][hf] != -kInf;
         const float rcp_l = seen ? __frcp_rn(l_row) : 0.0f;
-        std::uint16_t* o_row = o_head + i * p.q_strides.t;
-        std::uint16_t* r_row = r_head ? r_head + i * p.q_strides.t : nullptr;
+        std::uint16_t* o_row = o_head + i * p.q_strides.t + 2 * t;
+        if (r_head) {  // with the residual r = BF16(O_fp32 - O) of the compensated delta
+          const float rcp_shadow = kPaper && seen ? __frcp_rn(l_shadow[mi][hf]) : 0.0f;
+          std::uint16_t* r_row = r_head + i * p.q_strides.t + 2 * t;
 #pragma unroll
-        for (int nd = 0; nd < DT; ++nd) {
-          float o2[2] = {0.0f, 0.0f}, r2[2] = {0.0f, 0.0f};
+          for (int nd = 0; nd < DT; ++nd) {
+            float o2[2], r2[2];
 #pragma unroll
-          for (int e2 = 0; e2 < 2; ++e2) {
-            if (!seen) continue;
-            if constexpr (kPaper) {
-              const float o_acc = e2 == 0 ? bf16_lo(o_bf[mi][nd][hf]) : bf16_hi(o_bf[mi][nd][hf]);
-              o2[e2] = round_output(quotient_rn(o_acc, l_row, rcp_l), p.round_bits);  // paper::finalize_output
-              if (r_row) r2[e2] = output_residual(div_rn(shadow[mi][nd][2 * hf + e2], l_shadow[mi][hf]), o2[e2]);
-            } else {
-              const float o32 = quotient_rn(acc[mi][nd][2 * hf + e2], l_row, rcp_l);  // fused::unrounded_output
-              o2[e2] = fused::finalize_output(o32, p.round_bits);
-              if (r_row) r2[e2] = output_residual(o32, o2[e2]);
+            for (int e2 = 0; e2 < 2; ++e2) {
+              const float exact = exact_output(mi, nd, hf, e2, l_row, rcp_l, rcp_shadow);
+              o2[e2] = kPaper ? rounded_output(p, mi, nd, hf, e2, l_row, rcp_l) : fused::finalize_output(exact, p.round_bits);
+              r2[e2] = output_residual(exact, o2[e2]);
             }
+            *reinterpret_cast<std::uint32_t*>(o_row + nd * 8) = pack_bf16x2(o2[0], o2[1]);
+            *reinterpret_cast<std::uint32_t*>(r_row + nd * 8) = pack_bf16x2(r2[0], r2[1]);
           }
-          const int d = nd * 8 + 2 * t;
-          *reinterpret_cast<std::uint32_t*>(o_row + d) = pack_bf16x2(o2[0], o2[1]);
-          if (r_row) *reinterpret_cast<std::uint32_t*>(r_row + d) = pack_bf16x2(r2[0], r2[1]);
+        } else {
+#pragma unroll
+          for (int nd = 0; nd < DT; ++nd)
+            *reinterpret_cast<std::uint32_t*>(o_row + nd * 8) =
+                pack_bf16x2(rounded_output(p, mi, nd, hf, 0, l_row, rcp_l), rounded_output(p, mi, nd, hf, 1, l_row, rcp_l));
         }
         if (t == 0) {
           p.lse[(std::int64_t(b_) * p.heads + h_) * p.q_len + i] =
