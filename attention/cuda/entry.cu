@@ -208,6 +208,13 @@ void forward(const ForwardArgs& a, const AttentionOptions& opt) {
     p.tma_q = tensor_map(a.q, s, s.q_len, p.q_strides);
     p.tma_k = tensor_map(a.k, s, s.k_len, p.k_strides);
     p.tma_v = tensor_map(a.v, s, s.k_len, p.k_strides);
+    // the epilogue's bulk stores need 16-byte aligned outputs; others are stored element-wise
+    const auto aligned16 = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
+    p.store_by_tma = aligned16(a.o) && (!a.o_residual || aligned16(a.o_residual));
+    if (p.store_by_tma) {
+      p.tma_o = tensor_map(a.o, s, s.q_len, p.q_strides);
+      if (a.o_residual) p.tma_o_residual = tensor_map(a.o_residual, s, s.q_len, p.q_strides);
+    }
   }
   if (a.ties) {
     p.counters = static_cast<DeviceTieCounters*>(workspace_alloc(sizeof(DeviceTieCounters), stream));

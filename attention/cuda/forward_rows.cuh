@@ -428,10 +428,11 @@ struct ForwardRows {
     return fused::finalize_output(exact_output(mi, nd, hf, e2, l_row, rcp_l, 0.0f), p.round_bits);
   }
 
-  // O (and its residual), lse and the event counters. Rows that saw no key: o = 0, lse = +inf.
-  __device__ void store(const ForwardParams& p, int b_, int h_, int t) {
-    std::uint16_t* o_head = p.o + p.q_strides.head(b_, h_);
-    std::uint16_t* r_head = p.o_residual ? p.o_residual + p.q_strides.head(b_, h_) : nullptr;
+  // Visits every output element pair this thread holds in rows < Tq: emit(row, local_row, nd,
+  // O pair, residual pair) with O = BF16(O_fp32) and r = BF16(O_fp32 - O) (the compensated
+  // delta's residual; 0 unless `residual`). Columns nd * 8 + 2t, + 1. Rows that saw no key: 0.
+  template <class Emit>
+  __device__ void finalize_outputs(const ForwardParams& p, bool residual, Emit&& emit) const {
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi)
 #pragma unroll
@@ -441,28 +442,47 @@ struct ForwardRows {
         if (i >= p.q_len) continue;
         const bool seen = m[mi][hf] != -kInf;
         const float rcp_l = seen ? __frcp_rn(l_row) : 0.0f;
-        std::uint16_t* o_row = o_head + i * p.q_strides.t + 2 * t;
-        if (r_head) {  // with the residual r = BF16(O_fp32 - O) of the compensated delta
-          const float rcp_shadow = kPaper && seen ? __frcp_rn(l_shadow[mi][hf]) : 0.0f;
-          std::uint16_t* r_row = r_head + i * p.q_strides.t + 2 * t;
+        const float rcp_shadow = kPaper && residual && seen ? __frcp_rn(l_shadow[mi][hf]) : 0.0f;
 #pragma unroll
-          for (int nd = 0; nd < DT; ++nd) {
-            float o2[2], r2[2];
+        for (int nd = 0; nd < DT; ++nd) {
+          float o2[2], r2[2] = {0.0f, 0.0f};
+          if (residual) {  // uniform: both loops are straight-line code
 #pragma unroll
             for (int e2 = 0; e2 < 2; ++e2) {
               const float exact = exact_output(mi, nd, hf, e2, l_row, rcp_l, rcp_shadow);
               o2[e2] = kPaper ? rounded_output(p, mi, nd, hf, e2, l_row, rcp_l) : fused::finalize_output(exact, p.round_bits);
               r2[e2] = output_residual(exact, o2[e2]);
             }
-            *reinterpret_cast<std::uint32_t*>(o_row + nd * 8) = pack_bf16x2(o2[0], o2[1]);
-            *reinterpret_cast<std::uint32_t*>(r_row + nd * 8) = pack_bf16x2(r2[0], r2[1]);
-          }
-        } else {
+          } else {
 #pragma unroll
-          for (int nd = 0; nd < DT; ++nd)
-            *reinterpret_cast<std::uint32_t*>(o_row + nd * 8) =
-                pack_bf16x2(rounded_output(p, mi, nd, hf, 0, l_row, rcp_l), rounded_output(p, mi, nd, hf, 1, l_row, rcp_l));
+            for (int e2 = 0; e2 < 2; ++e2) o2[e2] = rounded_output(p, mi, nd, hf, e2, l_row, rcp_l);
+          }
+          emit(i, lrow0 + mi * 16 + 8 * hf, nd, pack_bf16x2(o2[0], o2[1]), pack_bf16x2(r2[0], r2[1]));
         }
+      }
+  }
+
+  // O (and its residual) straight to global memory (the mma.sync kernel).
+  __device__ void store_outputs(const ForwardParams& p, int b_, int h_, int t) const {
+    std::uint16_t* o_head = p.o + p.q_strides.head(b_, h_);
+    std::uint16_t* r_head = p.o_residual ? p.o_residual + p.q_strides.head(b_, h_) : nullptr;
+    finalize_outputs(p, r_head != nullptr, [&](int i, int, int nd, std::uint32_t o2, std::uint32_t r2) {
+      const std::int64_t at = i * p.q_strides.t + nd * 8 + 2 * t;
+      *reinterpret_cast<std::uint32_t*>(o_head + at) = o2;
+      if (r_head) *reinterpret_cast<std::uint32_t*>(r_head + at) = r2;
+    });
+  }
+
+  // lse and the event counters of the rows this thread leads. Rows that saw no key: lse = +inf.
+  __device__ void store_row_stats(const ForwardParams& p, int b_, int h_, int t) const {
+#pragma unroll
+    for (int mi = 0; mi < MR; ++mi)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = row0 + mi * 16 + 8 * hf;
+        const float l_row = kPaper ? l[mi][hf] : quad_sum(l[mi][hf]);  // all quad lanes take part
+        if (i >= p.q_len) continue;
+        const bool seen = m[mi][hf] != -kInf;
         if (t == 0) {
           p.lse[(std::int64_t(b_) * p.heads + h_) * p.q_len + i] =
               seen ? (kPaper ? paper::lse(l_row, m[mi][hf]) : fused::lse(l_row, m[mi][hf])) : kInf;
@@ -474,6 +494,11 @@ struct ForwardRows {
           }
         }
       }
+  }
+
+  __device__ void store(const ForwardParams& p, int b_, int h_, int t) const {
+    store_outputs(p, b_, h_, t);
+    store_row_stats(p, b_, h_, t);
   }
 };
 

@@ -149,6 +149,35 @@ __device__ __forceinline__ void load_scores(std::uint32_t cache, int sub, float 
   }
 }
 
+// The epilogue: O (and the residual) staged in the SW128 layout in the K buffers, which no
+// product reads any more, then written by bulk tensor copies in whole 128-byte lines (rows past
+// Tq are clipped by the copy engine); lse and the counters directly. Thread stores into the
+// swizzled rows hit 32 different banks.
+template <class Traits, class Rows>
+__device__ __forceinline__ void store_outputs_by_tma(const ForwardParams& p, const Rows& rows, int m0, int h, int b, int t,
+                                                     std::uint32_t s_o, std::uint32_t s_r) {
+  constexpr int D = Traits::kHeadDim;
+  using Tile = WgmmaTile<64, D>;
+  const bool residual = p.o_residual != nullptr;
+  rows.finalize_outputs(p, residual, [&](int, int lrow, int nd, std::uint32_t o2, std::uint32_t r2) {
+    const std::uint32_t off = Tile::offset(lrow, nd) + 4 * t;
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(s_o + off), "r"(o2) : "memory");
+    if (residual) asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(s_r + off), "r"(r2) : "memory");
+  });
+  fence_proxy_async_smem();  // the copy engine reads what the threads wrote
+  __syncthreads();
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int x = 0; x < D / 64; ++x) {
+      tma_store_4d(&p.tma_o, s_o + x * Tile::kBlockBytes, 64 * x, m0, h, b);
+      if (residual) tma_store_4d(&p.tma_o_residual, s_r + x * Tile::kBlockBytes, 64 * x, m0, h, b);
+    }
+    bulk_commit_group();
+    bulk_wait_group_read<0>();  // shared memory must outlive the copies' reads
+  }
+  rows.store_row_stats(p, b, h, t);
+}
+
 template <class Traits, class Policy>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attention_forward_wgmma_kernel(const __grid_constant__ ForwardParams p) {
   constexpr int D = Traits::kHeadDim, BQ = Traits::kBlockQ, BK = Traits::kBlockK;
@@ -187,6 +216,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   const std::uint32_t s_scores = s_q + Traits::kSmemQ + 4 * Traits::kSmemKV + Traits::kSmemEvents + Traits::kSmemTop +
                                  Traits::kSmemBarriers;
 
+  const auto finish = [&](const Rows& done) {
+    if (p.store_by_tma) {
+      store_outputs_by_tma<Traits>(p, done, m0, h, b, t, s_k0, s_k0 + Traits::kSmemKV);
+    } else {
+      done.store(p, b, h, t);
+    }
+  };
+
   // Bulk tensor copies issued by thread 0, one 64 x 64 box per 64 columns of a tile; every thread
   // waits on the buffer's barrier. Barrier 0: Q; 1 + (s & 1): step s's K (and V in the serial
   // walk); 3 + (s & 1): step s's V in the pipelined walk.
@@ -216,7 +253,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
       if (threadIdx.x == 0) load_tile<D, 64>(&p.tma_q, s_q, m0, h, b, bars);
       mbar_wait(bars, 0);
       forward_pipelined_walk<Traits>(p, rows, n_keys, min_last, t, h, b, s_q, s_k0, s_v0, bars);
-      rows.store(p, b, h, t);
+      finish(rows);
       return;
     }
   }
@@ -267,7 +304,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
     }
     __syncthreads();  // this step's K/V buffers are refilled by the copies issued next iteration
   }
-  rows.store(p, b, h, t);
+  finish(rows);
 }
 
 }  // namespace stableflash::attention::cuda

@@ -31,6 +31,7 @@ struct ForwardParams {
   // wgmma kernel: bulk tensor copy maps of q, k, v as 4-d (D, T, H, B) tensors, boxes of
   // 64 x 64 elements in the 128-byte swizzle (tma.cuh); unused by the mma.sync kernel.
   CUtensorMap tma_q, tma_k, tma_v;
+  CUtensorMap tma_o, tma_o_residual;  // wgmma kernel: the epilogue's bulk stores (o_residual's only if it is set)
   const std::uint16_t *q, *k, *v;  // BF16 bits; [B, H, Tq|Tk, D] or [B, T, H, D]
   std::uint16_t *o, *o_residual;   // o_residual may be null
   float* lse;                      // [B, H, Tq]
@@ -43,7 +44,8 @@ struct ForwardParams {
   int round_bits;  // 1..7
   int normalizer_bf16;
   PolicyParams policy;
-  int serial_walk;  // wgmma kernel, fused fast path: 1 = no softmax / P V overlap (for comparison)
+  int serial_walk;   // wgmma kernel, fused fast path: 1 = no softmax / P V overlap (for comparison)
+  int store_by_tma;  // wgmma kernel: o (and o_residual) written by bulk copies (tma_o*); 0: element-wise
 };
 
 struct BackwardParams {

@@ -54,6 +54,15 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, std::uint32_t sr
                "r"(bytes)
                : "memory");
 }
+// Shared memory -> box (c0, c1, c2, c3) of a 4-d tensor map (the inverse of tma_load_4d; elements
+// outside the tensor are not written). Completes in the issuing thread's bulk group.
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, std::uint32_t src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<std::uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 template <int kPending>
 __device__ __forceinline__ void bulk_wait_group_read() {
