@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "kernel_params.cuh"
+#include "paper_pairs.cuh"
 #include "stableflash/attention/rounding_points.hpp"
 #include "stableflash/attention/shift_policies.hpp"
 #include "warp_mma.cuh"
@@ -129,6 +130,28 @@ struct ForwardRows {
 
   static constexpr int kTopSlots = MR * 2 * 2;  // (mi, hf) x {top1, top2}
   __device__ float& top_at(int mi, int hf, int which) const { return top[((mi * 2 + hf) * 2 + which) * blockDim.x + threadIdx.x]; }
+  // paper keeps its BF16 scores' top-2 as packed pairs (even and odd keys), fused as floats
+  __device__ std::uint32_t& top_pair(int mi, int hf, int which) const { return reinterpret_cast<std::uint32_t&>(top_at(mi, hf, which)); }
+  static constexpr std::uint32_t kNegInfPair = 0xff80ff80u;  // BF16 (-inf, -inf)
+  __device__ void reset_top2(int mi, int hf) const {
+    if constexpr (kPaper) {
+      top_pair(mi, hf, 0) = top_pair(mi, hf, 1) = kNegInfPair;
+    } else {
+      top_at(mi, hf, 0) = top_at(mi, hf, 1) = -kInf;
+    }
+  }
+  // This thread's top-2 of the unit so far (reset for the next unit).
+  __device__ void take_top2(int mi, int hf, float& r1, float& r2) const {
+    if constexpr (kPaper) {
+      const std::uint32_t a1 = top_pair(mi, hf, 0), a2 = top_pair(mi, hf, 1);
+      const float x = bf16_lo(a1), y = bf16_hi(a1);
+      r1 = fmaxf(x, y);
+      r2 = fmaxf(fminf(x, y), fmaxf(bf16_lo(a2), bf16_hi(a2)));
+    } else {
+      r1 = top_at(mi, hf, 0), r2 = top_at(mi, hf, 1);
+    }
+    reset_top2(mi, hf);
+  }
 
   __device__ ForwardRows(const ForwardParams& p, Events* events_smem, float* top_smem, int b_, int h_, int row0_, int lrow0_)
       : policy(make_policy<Policy>(p.policy)),
@@ -147,7 +170,7 @@ struct ForwardRows {
         if constexpr (has_row_constant<Policy>()) row_const[mi][hf] = policy.row_constant(RowId{b, h, std::uint32_t(i)});
         m[mi][hf] = -kInf, l[mi][hf] = 0.0f, l_shadow[mi][hf] = 0.0f;
         m_unit[mi][hf] = -kInf, c_unit[mi][hf] = 1.0f, l_unit[mi][hf] = 0.0f;
-        top_at(mi, hf, 0) = top_at(mi, hf, 1) = -kInf;
+        reset_top2(mi, hf);
         if (events && threadIdx.x % 4 == 0) events[lrow0 + mi * 16 + 8 * hf] = Events{0, -kInf, 0, 0};
       }
 #pragma unroll
@@ -174,6 +197,12 @@ struct ForwardRows {
   // Pre-pass: fold a sub-tile into the unit's top-2 (a multiset: equal maxima count twice).
   template <int N>
   __device__ void prepass_tile(const float (&sc)[MR][N][4]) const {
+    if constexpr (kPaper) {
+      std::uint32_t sp[N][2];
+      pack_scores(sc, sp);
+      prepass_pairs(sp);
+      return;
+    }
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi)
 #pragma unroll
@@ -191,6 +220,39 @@ struct ForwardRows {
       }
   }
 
+  // paper: the same on BF16 score pairs sp[nj][hf] (keys 8 nj + 2t, + 1 of row hf), two keys
+  // per instruction; the pair lanes are merged when the unit starts (take_top2).
+  template <int N>
+  __device__ void prepass_pairs(const std::uint32_t (&sp)[N][2]) const {
+    static_assert(kPaper && MR == 1, "paper numerics: one row tile per warp");
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      std::uint32_t a1 = top_pair(0, hf, 0), a2 = top_pair(0, hf, 1);
+#pragma unroll
+      for (int nj = 0; nj < N; ++nj) {
+        a2 = bf16x2_max(a2, bf16x2_min(a1, sp[nj][hf]));
+        a1 = bf16x2_max(a1, sp[nj][hf]);
+      }
+      top_pair(0, hf, 0) = a1, top_pair(0, hf, 1) = a2;
+    }
+  }
+
+  // paper scores (BF16 values) packed in pairs, and back.
+  template <int N>
+  __device__ static void pack_scores(const float (&sc)[MR][N][4], std::uint32_t (&sp)[N][2]) {
+#pragma unroll
+    for (int nj = 0; nj < N; ++nj)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) sp[nj][hf] = pack_bf16x2(sc[0][nj][2 * hf], sc[0][nj][2 * hf + 1]);
+  }
+  template <int N>
+  __device__ static void unpack_scores(const std::uint32_t (&sp)[N][2], float (&sc)[MR][N][4]) {
+#pragma unroll
+    for (int nj = 0; nj < N; ++nj)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) sc[0][nj][2 * hf] = bf16_lo(sp[nj][hf]), sc[0][nj][2 * hf + 1] = bf16_hi(sp[nj][hf]);
+  }
+
   // The unit's shift for every row, from the pre-pass or from this single sub-tile's scores.
   // fused: rescales l and the O accumulator by c = exp(m_old - m_new). The pipelined walk
   // (kDeferAccRescale) has the previous tile's P-bar * V still in flight on the accumulator: it
@@ -204,14 +266,13 @@ struct ForwardRows {
       for (int hf = 0; hf < 2; ++hf) {
         float r1 = -kInf, r2 = -kInf;
         if (st.prepass) {
-          r1 = top_at(mi, hf, 0), r2 = top_at(mi, hf, 1);
+          take_top2(mi, hf, r1, r2);
 #pragma unroll
           for (int off = 1; off <= 2; off <<= 1) {  // merge the quad's top-2 lists
             const float o1 = __shfl_xor_sync(0xffffffffu, r1, off), o2 = __shfl_xor_sync(0xffffffffu, r2, off);
             r2 = fmaxf(fminf(r1, o1), fmaxf(r2, o2));
             r1 = fmaxf(r1, o1);
           }
-          top_at(mi, hf, 0) = top_at(mi, hf, 1) = -kInf;
         } else {
 #pragma unroll
           for (int nj = 0; nj < N; ++nj) r1 = fmaxf(r1, fmaxf(sc[mi][nj][2 * hf], sc[mi][nj][2 * hf + 1]));
@@ -315,6 +376,12 @@ struct ForwardRows {
   // P-bar * V product actually uses).
   template <int N>
   __device__ void exponentiate(const ForwardParams& p, float (&sc)[MR][N][4]) {
+    if constexpr (kPaper) {
+      std::uint32_t sp[N][2];
+      pack_scores(sc, sp);
+      exponentiate_pairs(p, sp, sc);
+      return;
+    }
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi) {
       float shift[2];  // the row's m; 0 for a row with no key in the unit (all its entries are -inf)
@@ -323,41 +390,59 @@ struct ForwardRows {
         const float mu = kPaper ? m_unit[mi][hf] : m[mi][hf];
         shift[hf] = mu == -kInf ? 0.0f : mu;
       }
-      float part[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int nj = 0; nj < N; ++nj)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if constexpr (kPaper) {
-            sc[mi][nj][e] = paper::pbar(sc[mi][nj][e], shift[e / 2]);
-          } else {
-            sc[mi][nj][e] = fused::pbar_fast(fused::score(sc[mi][nj][e], p.scale), shift[e / 2]);
-          }
-        }
-      if (!kPaper && p.normalizer_bf16) {  // one branch per tile, not per element
-#pragma unroll
-        for (int nj = 0; nj < N; ++nj)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) part[e / 2] += round_bf16(sc[mi][nj][e]);
-      } else {
-#pragma unroll
-        for (int nj = 0; nj < N; ++nj)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) part[e / 2] += sc[mi][nj][e];
-      }
-      if (events) {
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          int n = 0;
-#pragma unroll
-          for (int nj = 0; nj < N; ++nj) n += (round_bf16(sc[mi][nj][2 * hf]) == 1.0f) + (round_bf16(sc[mi][nj][2 * hf + 1]) == 1.0f);
-          n = quad_sum(n);
-          if (lane_leads_quad()) events[lrow0 + mi * 16 + 8 * hf].ones += n;
-        }
-      }
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) (kPaper ? l_unit : l)[mi][hf] += part[hf];
+        for (int e = 0; e < 4; ++e) sc[mi][nj][e] = fused::pbar_fast(fused::score(sc[mi][nj][e], p.scale), shift[e / 2]);
+      add_row_sums(p, mi, sc);
     }
+  }
+
+  // paper: P-bar = exp(BF16(S - m)) of BF16 score pairs into sc, and the unit's row sums. BF16(S -
+  // m) is one bf16x2 subtraction per two keys (paper_pairs.cuh); exp is paper::pbar_fast's.
+  template <int N>
+  __device__ void exponentiate_pairs(const ForwardParams& p, const std::uint32_t (&sp)[N][2], float (&sc)[MR][N][4]) {
+    static_assert(kPaper && MR == 1, "paper numerics: one row tile per warp");
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const float shift = m_unit[0][hf] == -kInf ? 0.0f : m_unit[0][hf];  // 0: no key of the unit (all -inf)
+#pragma unroll
+      for (int nj = 0; nj < N; ++nj) {
+        const std::uint32_t d = paper_shifted_pair(sp[nj][hf], shift);
+        sc[0][nj][2 * hf] = paper::exp_shifted_fast(bf16_lo(d));
+        sc[0][nj][2 * hf + 1] = paper::exp_shifted_fast(bf16_hi(d));
+      }
+    }
+    add_row_sums(p, 0, sc);
+  }
+
+  // The row sums of a tile's P-bar (and the counters' BF16(P-bar) == 1 entries).
+  template <int N>
+  __device__ void add_row_sums(const ForwardParams& p, int mi, const float (&sc)[MR][N][4]) {
+    float part[2] = {0.0f, 0.0f};
+    if (!kPaper && p.normalizer_bf16) {  // one branch per tile, not per element
+#pragma unroll
+      for (int nj = 0; nj < N; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[e / 2] += round_bf16(sc[mi][nj][e]);
+    } else {
+#pragma unroll
+      for (int nj = 0; nj < N; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[e / 2] += sc[mi][nj][e];
+    }
+    if (events) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        int n = 0;
+#pragma unroll
+        for (int nj = 0; nj < N; ++nj) n += (round_bf16(sc[mi][nj][2 * hf]) == 1.0f) + (round_bf16(sc[mi][nj][2 * hf + 1]) == 1.0f);
+        n = quad_sum(n);
+        if (lane_leads_quad()) events[lrow0 + mi * 16 + 8 * hf].ones += n;
+      }
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) (kPaper ? l_unit : l)[mi][hf] += part[hf];
   }
 
   // BF16(P-bar) as the A fragments of P-bar * V, 16 keys each.
@@ -502,10 +587,23 @@ struct ForwardRows {
   }
 };
 
+// Keys past a row's last visible key become -inf (excluded, as the CPU oracle excludes them).
+// Element (mi, nj, e) is key key0 + 8 nj + 2t + (e % 2) of row (mi, e / 2). Only sub-tiles on the
+// causal diagonal or past Tk have any.
+template <int BK, int MR, int NT>
+__device__ __forceinline__ void mask_scores(float (&sc)[MR][NT][4], int key0, int min_last, int t, const int (&last)[MR][2]) {
+  if (key0 + BK - 1 <= min_last) return;
+#pragma unroll
+  for (int mi = 0; mi < MR; ++mi)
+#pragma unroll
+    for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (key0 + nj * 8 + 2 * t + (e & 1) > last[mi][e / 2]) sc[mi][nj][e] = -__builtin_huge_valf();
+}
+
 // Scores as the mode defines them (paper: BF16 S; fused: the raw FP32 dot, scaled inside the
-// exponent) and the mask: keys past a row's last visible key become -inf (excluded, as the CPU
-// oracle excludes them). Element (mi, nj, e) is key key0 + 8 nj + 2t + (e % 2) of row (mi, e / 2).
-// Shared by the mma.sync and wgmma forward kernels, which lay scores out alike.
+// exponent), masked. Shared by the mma.sync and wgmma forward kernels, which lay scores out alike.
 template <bool kPaper, int BK, int MR, int NT>
 __device__ __forceinline__ void mode_scores_and_mask(float (&sc)[MR][NT][4], float scale, int key0, int min_last, int t,
                                                      const int (&last)[MR][2]) {
@@ -517,15 +615,20 @@ __device__ __forceinline__ void mode_scores_and_mask(float (&sc)[MR][NT][4], flo
 #pragma unroll
         for (int e = 0; e < 4; ++e) sc[mi][nj][e] = paper::score(sc[mi][nj][e], scale);
   }
-  if (key0 + BK - 1 > min_last) {  // only sub-tiles on the causal diagonal or past Tk
+  mask_scores<BK>(sc, key0, min_last, t, last);
+}
+
+// paper: the masked scores of a sub-tile as BF16 pairs sp[nj][hf] (keys key0 + 8 nj + 2t, + 1 of
+// row hf), two per conversion. Masking the dot first gives what masking the score gives, since
+// paper::score(-inf) = -inf.
+template <int BK, int NT>
+__device__ __forceinline__ void paper_score_pairs(float (&dots)[1][NT][4], float scale, int key0, int min_last, int t,
+                                                  const int (&last)[1][2], std::uint32_t (&sp)[NT][2]) {
+  mask_scores<BK>(dots, key0, min_last, t, last);
 #pragma unroll
-    for (int mi = 0; mi < MR; ++mi)
+  for (int nj = 0; nj < NT; ++nj)
 #pragma unroll
-      for (int nj = 0; nj < NT; ++nj)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (key0 + nj * 8 + 2 * t + (e & 1) > last[mi][e / 2]) sc[mi][nj][e] = -__builtin_huge_valf();
-  }
+    for (int hf = 0; hf < 2; ++hf) sp[nj][hf] = paper_score_pair(dots[0][nj][2 * hf], dots[0][nj][2 * hf + 1], scale);
 }
 
 }  // namespace stableflash::attention::cuda

@@ -119,33 +119,26 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
   }
 }
 
-// The pre-pass's score cache (paper numerics): a 64-key sub-tile's BF16 scores, 16 packed words
-// per thread stored as 4 x 16 bytes at [sub-tile][quarter][thread], so that a warp's accesses are
-// 512 contiguous bytes (no bank conflicts). Masked scores are -inf, which BF16 holds.
-__device__ __forceinline__ void store_scores(std::uint32_t cache, int sub, const float (&sc)[1][8][4]) {
+// The pre-pass's score cache (paper numerics): a 64-key sub-tile's BF16 score pairs sp[nj][hf],
+// 16 words per thread stored as 4 x 16 bytes at [sub-tile][quarter][thread], so that a warp's
+// accesses are 512 contiguous bytes (no bank conflicts). Masked scores are -inf, which BF16 holds.
+__device__ __forceinline__ void store_score_pairs(std::uint32_t cache, int sub, const std::uint32_t (&sp)[8][2]) {
 #pragma unroll
   for (int qt = 0; qt < 4; ++qt) {
-    std::uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = qt * 4 + i, nj = r / 2, hf = r % 2;
-      w[i] = pack_bf16x2(sc[0][nj][2 * hf], sc[0][nj][2 * hf + 1]);
-    }
     const std::uint32_t addr = cache + ((sub * 4 + qt) * blockDim.x + threadIdx.x) * 16;
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(sp[2 * qt][0]), "r"(sp[2 * qt][1]),
+                 "r"(sp[2 * qt + 1][0]), "r"(sp[2 * qt + 1][1])
+                 : "memory");
   }
 }
-__device__ __forceinline__ void load_scores(std::uint32_t cache, int sub, float (&sc)[1][8][4]) {
+__device__ __forceinline__ void load_score_pairs(std::uint32_t cache, int sub, std::uint32_t (&sp)[8][2]) {
 #pragma unroll
   for (int qt = 0; qt < 4; ++qt) {
-    std::uint32_t w[4];
     const std::uint32_t addr = cache + ((sub * 4 + qt) * blockDim.x + threadIdx.x) * 16;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(addr) : "memory");
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = qt * 4 + i, nj = r / 2, hf = r % 2;
-      sc[0][nj][2 * hf] = bf16_lo(w[i]), sc[0][nj][2 * hf + 1] = bf16_hi(w[i]);
-    }
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(sp[2 * qt][0]), "=r"(sp[2 * qt][1]), "=r"(sp[2 * qt + 1][0]), "=r"(sp[2 * qt + 1][1])
+                 : "r"(addr)
+                 : "memory");
   }
 }
 
@@ -273,9 +266,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
     mbar_wait(bars + 8 * (1 + (s & 1)), (s >> 1) & 1);
     const std::uint32_t s_k = s_k0 + (s & 1) * Traits::kSmemKV, s_v = s_v0 + (s & 1) * Traits::kSmemKV;
 
+    // paper keeps its scores as BF16 pairs (sp): cached, shifted and maximized two at a time
     float sc[MR][NT][4];
-    if (st.main && st.prepass && cache_scores) {
-      load_scores(s_scores, st.sub, sc);  // rounded and masked by the pre-pass
+    std::uint32_t sp[NT][2];
+    if (kPaper && st.main && st.prepass && cache_scores) {
+      load_score_pairs(s_scores, st.sub, sp);  // rounded and masked by the pre-pass
     } else {
       wgmma_fence();
       issue_scores<D, BK>(sc, s_q, s_k);
@@ -283,17 +278,35 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
       wgmma_wait_all();
       fence_registers(sc[0]);
       // ---- Scores at the mode's rounding point, and the mask.
-      mode_scores_and_mask<kPaper, BK>(sc, p.scale, st.key0, min_last, t, rows.last);
+      if constexpr (kPaper) {
+        paper_score_pairs<BK>(sc, p.scale, st.key0, min_last, t, rows.last, sp);
+      } else {
+        mode_scores_and_mask<kPaper, BK>(sc, p.scale, st.key0, min_last, t, rows.last);
+      }
+    }
+    // FP32 scores where paper still needs them: a unit without pre-pass picks its shift from
+    // them, the counters count them
+    if constexpr (kPaper) {
+      if (rows.events || (st.main && st.sub == 0 && !st.prepass)) Rows::unpack_scores(sp, sc);
     }
 
     if (!st.main) {
-      rows.prepass_tile(sc);
-      if (cache_scores) store_scores(s_scores, st.sub, sc);
+      if constexpr (kPaper) {
+        rows.prepass_pairs(sp);
+        if (cache_scores) store_score_pairs(s_scores, st.sub, sp);
+      } else {
+        rows.prepass_tile(sc);
+      }
     } else {
       if (st.sub == 0) rows.start_unit(p, sc, st);
       if (rows.events) rows.count_repeated_max(sc);
+      if constexpr (kPaper) {
+        rows.exponentiate_pairs(p, sp, sc);
+      } else {
+        rows.exponentiate(p, sc);
+      }
       std::uint32_t pa[MR][NT / 2][4];  // BF16(P-bar) as A fragments, 16 keys each
-      rows.probabilities(p, sc, pa);
+      Rows::pack_operands(sc, pa);
 
       wgmma_fence();
       issue_pv<D, BK>(rows.acc[0], pa[0], s_v);

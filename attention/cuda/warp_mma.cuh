@@ -58,6 +58,24 @@ __device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
 __device__ __forceinline__ float bf16_lo(std::uint32_t x) { return __uint_as_float(x << 16); }
 __device__ __forceinline__ float bf16_hi(std::uint32_t x) { return __uint_as_float(x & 0xffff0000u); }
 
+// Two BF16 values at once (sm_90): the exact result rounded to nearest even (sub), or the
+// larger / smaller of each pair (max, min; exact).
+__device__ __forceinline__ std::uint32_t bf16x2_sub(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t r;
+  asm("sub.rn.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+__device__ __forceinline__ std::uint32_t bf16x2_max(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t r;
+  asm("max.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+__device__ __forceinline__ std::uint32_t bf16x2_min(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t r;
+  asm("min.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
 // A [rows, D] BF16 tile in shared memory, rows of D/8 16-byte chunks. Chunk c of row r lives at
 // chunk c ^ (r % 8): the 8 rows an ldmatrix phase reads, and the 8 chunks a cp.async phase
 // writes, then fall in 8 distinct bank groups (no conflicts for D = 64 or 128).

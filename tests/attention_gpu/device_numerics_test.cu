@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpu_support.hpp"
+#include "paper_pairs.cuh"
 #include "stableflash/attention/rounding_points.hpp"
 #include "stableflash/numerics/bf16.hpp"
 #include "stableflash/numerics/random.hpp"
@@ -26,6 +27,18 @@ __global__ void round_kernel(const float* in, float* out_bf16, float* out_bits, 
 __global__ void exp2_kernel(const float* in, float* out, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = exp2_fast(in[i]);
+}
+
+// in: pairs (s, m) of BF16 values and FP32 dots d; out: BF16(s - m) and paper::score of (d, d')
+// computed on packed pairs.
+__global__ void paper_pairs_kernel(const float* in, float* shifted, float* scores, int n, float scale) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (2 * i + 1 >= n) return;
+  const float s0 = in[2 * i], s1 = in[2 * i + 1];
+  const std::uint32_t d = cuda::paper_shifted_pair(cuda::pack_bf16x2(round_bf16(s0), round_bf16(s1)), round_bf16(s0 * 0.75f));
+  shifted[2 * i] = cuda::bf16_lo(d), shifted[2 * i + 1] = cuda::bf16_hi(d);
+  const std::uint32_t sc = cuda::paper_score_pair(s0, s1, scale);
+  scores[2 * i] = cuda::bf16_lo(sc), scores[2 * i + 1] = cuda::bf16_hi(sc);
 }
 
 float from_bits(std::uint32_t u) {
@@ -85,6 +98,38 @@ TEST(DeviceNumerics, RoundingMatchesHostBitForBit) {
     }
     EXPECT_EQ(bad_bf16, 0) << "round_bf16 differs between device and host";
     EXPECT_EQ(bad_bits, 0) << "round_to_bits_rne(bits=" << bits << ") differs between device and host";
+  }
+}
+
+// The forward's packed paper path (paper_pairs.cuh) must give the scalar rounding points bit for
+// bit: BF16(S - m) for BF16 S and m over every exponent gap, and BF16(BF16(dot) * scale) for a
+// power-of-two and a general scale.
+TEST(DeviceNumerics, PackedPaperPairsMatchTheScalarRoundingPoints) {
+  SF_REQUIRE_GPU();
+  std::vector<float> in = test_values();
+  SplitMix64 rng(11);
+  for (int i = 0; i < (1 << 18); ++i) {  // values of similar size: differences that round
+    const float x = float(rng.uniform(-64.0, 64.0));
+    in.push_back(x), in.push_back(x * float(rng.uniform(0.5, 1.5)));
+  }
+  if (in.size() % 2) in.push_back(0.0f);
+  for (float scale : {0.125f, 0.08838834764831845f}) {
+    std::vector<float> scores;
+    const std::vector<float> shifted = on_device(
+        in,
+        [&](float* i, float* a, float* b, int n) { paper_pairs_kernel<<<(n / 2 + 255) / 256, 256>>>(i, a, b, n, scale); },
+        &scores);
+    std::int64_t bad_shift = 0, bad_score = 0, checked = 0;
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      const float s_bf = round_bf16(in[k]), m_bf = round_bf16(in[k & ~std::size_t(1)] * 0.75f);
+      if (std::isnan(s_bf) || std::isnan(m_bf) || (std::isinf(s_bf) && std::isinf(m_bf))) continue;  // no such scores
+      ++checked;
+      bad_shift += !same(shifted[k], round_bf16(sub_rn(s_bf, m_bf)));
+      bad_score += !same(scores[k], paper::score(in[k], scale));
+    }
+    EXPECT_GT(checked, 1 << 19);
+    EXPECT_EQ(bad_shift, 0) << "sub.rn.bf16x2 differs from round_bf16(sub_rn(s, m))";
+    EXPECT_EQ(bad_score, 0) << "paper_score_pair differs from paper::score at scale " << scale;
   }
 }
 

@@ -113,6 +113,14 @@ SF_HD float dscore(float p, float dp, float delta_value) { return mul_rn(p, sub_
 
 }  // namespace fused
 
+namespace paper {
+// The GPU kernels' exp of a shifted score BF16(S - m): the hardware exp2 as in fused::exp_fast
+// (numerics.md lets the exp implementation differ from the CPU's expf; relative error ~2^-22 +
+// |y| 2^-24, and exp(0) = 1 exactly, so tied maxima stay exact ones). The GPU tests count the
+// rare BF16 roundings of P-bar this flips against the CPU oracle.
+SF_HD float exp_shifted_fast(float shifted) { return fused::exp_fast(shifted); }
+}  // namespace paper
+
 // The compensated residual r = BF16(O_fp32 - O) (numerics.md `delta_source`): O + r recovers
 // O_fp32 to within 2^-8 of the rounding error itself.
 SF_HD float output_residual(float o_fp32, float o_rounded) { return round_bf16(sub_rn(o_fp32, o_rounded)); }
