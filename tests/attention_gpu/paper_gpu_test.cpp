@@ -1,7 +1,8 @@
 // `paper` numerics on the GPU against the CPU paper oracle (numerics.md): with inputs whose FP32
 // dot products are exact, S is bitwise the CPU's (both run paper::score on the same FP32 value),
-// so every difference downstream comes from the exp/log implementations (GPU expf/logf vs the C
-// library's, <= 2 FP32 ulp) and the FP32 summation order. A last-bit difference flips a later
+// so every difference downstream comes from the exp/log implementations (the forward's P-bar by
+// the hardware exp2, ~2^-22 + |y| 2^-24 relative, and logf / expf elsewhere, vs the C library's)
+// and the FP32 summation order. A last-bit difference flips a later
 // BF16 rounding only near its midpoint, so differences are rare and small: each BF16 output may
 // differ by at most 2 BF16 ulps of the tensor's max|value| (a flipped l or O-bar moves a row by
 // one ulp; two can stack); lse = log(l) + m with a BF16 l, so a row whose l rounded the other way
