@@ -155,12 +155,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const std::uint32_t off = (kk / 4) * Tile::kBlockBytes + (kk % 4) * 32;
-      wgmma_m64n64_ss(st, k_desc.at(off), q_desc.at(off), kk > 0);
+      wgmma_ss<64>(st, k_desc.at(off), q_desc.at(off), kk > 0);
     }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const std::uint32_t off = (kk / 4) * Tile::kBlockBytes + (kk % 4) * 32;
-      wgmma_m64n64_ss(dpt, v_desc.at(off), do_desc.at(off), kk > 0);
+      wgmma_ss<64>(dpt, v_desc.at(off), do_desc.at(off), kk > 0);
     }
     wgmma_commit();
     // while the tensor cores work: the next block's rows, and its copies once every warp is done
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int kk = 0; kk < BK / 16; ++kk) {
         const std::uint32_t a = (kk / 4) * kDsTile + (kk % 4) * 2048;
         const std::uint32_t b = (kk / 4) * kTile + (kk % 4) * 2048;
-        wgmma_m64n64_ss_tt(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
+        wgmma_ss<64, 1>(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
       }
       wgmma_commit();
     }

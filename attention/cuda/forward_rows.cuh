@@ -513,38 +513,45 @@ struct ForwardRows {
     return fused::finalize_output(exact_output(mi, nd, hf, e2, l_row, rcp_l, 0.0f), p.round_bits);
   }
 
-  // Visits every output element pair this thread holds in rows < Tq: emit(row, local_row, nd,
-  // O pair, residual pair) with O = BF16(O_fp32) and r = BF16(O_fp32 - O) (the compensated
-  // delta's residual; 0 unless `residual`). Columns nd * 8 + 2t, + 1. Rows that saw no key: 0.
-  template <class Emit>
-  __device__ void finalize_outputs(const ForwardParams& p, bool residual, Emit&& emit) const {
+  // Calls f(mi, hf, row, l, seen) for each row this thread holds below Tq, with the row's full sum
+  // l (fused: the quad's partial sums added; every lane takes part in that) and whether it saw a key.
+  template <class F>
+  __device__ void for_each_row(const ForwardParams& p, F&& f) const {
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int i = row0 + mi * 16 + 8 * hf;
-        const float l_row = kPaper ? l[mi][hf] : quad_sum(l[mi][hf]);  // all quad lanes take part
-        if (i >= p.q_len) continue;
-        const bool seen = m[mi][hf] != -kInf;
-        const float rcp_l = seen ? __frcp_rn(l_row) : 0.0f;
-        const float rcp_shadow = kPaper && residual && seen ? __frcp_rn(l_shadow[mi][hf]) : 0.0f;
-#pragma unroll
-        for (int nd = 0; nd < DT; ++nd) {
-          float o2[2], r2[2] = {0.0f, 0.0f};
-          if (residual) {  // uniform: both loops are straight-line code
-#pragma unroll
-            for (int e2 = 0; e2 < 2; ++e2) {
-              const float exact = exact_output(mi, nd, hf, e2, l_row, rcp_l, rcp_shadow);
-              o2[e2] = kPaper ? rounded_output(p, mi, nd, hf, e2, l_row, rcp_l) : fused::finalize_output(exact, p.round_bits);
-              r2[e2] = output_residual(exact, o2[e2]);
-            }
-          } else {
-#pragma unroll
-            for (int e2 = 0; e2 < 2; ++e2) o2[e2] = rounded_output(p, mi, nd, hf, e2, l_row, rcp_l);
-          }
-          emit(i, lrow0 + mi * 16 + 8 * hf, nd, pack_bf16x2(o2[0], o2[1]), pack_bf16x2(r2[0], r2[1]));
-        }
+        const float l_row = kPaper ? l[mi][hf] : quad_sum(l[mi][hf]);
+        if (i < p.q_len) f(mi, hf, i, l_row, m[mi][hf] != -kInf);
       }
+  }
+
+  // Visits every output element pair this thread holds in rows < Tq: emit(row, local_row, nd,
+  // O pair, residual pair) with O = BF16(O_fp32) and r = BF16(O_fp32 - O) (the compensated
+  // delta's residual; 0 unless `residual`). Columns nd * 8 + 2t, + 1. Rows that saw no key: 0.
+  template <class Emit>
+  __device__ void finalize_outputs(const ForwardParams& p, bool residual, Emit&& emit) const {
+    for_each_row(p, [&](int mi, int hf, int i, float l_row, bool seen) {
+      const float rcp_l = seen ? __frcp_rn(l_row) : 0.0f;
+      const float rcp_shadow = kPaper && residual && seen ? __frcp_rn(l_shadow[mi][hf]) : 0.0f;
+#pragma unroll
+      for (int nd = 0; nd < DT; ++nd) {
+        float o2[2], r2[2] = {0.0f, 0.0f};
+        if (residual) {  // uniform: both loops are straight-line code
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            const float exact = exact_output(mi, nd, hf, e2, l_row, rcp_l, rcp_shadow);
+            o2[e2] = kPaper ? rounded_output(p, mi, nd, hf, e2, l_row, rcp_l) : fused::finalize_output(exact, p.round_bits);
+            r2[e2] = output_residual(exact, o2[e2]);
+          }
+        } else {
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) o2[e2] = rounded_output(p, mi, nd, hf, e2, l_row, rcp_l);
+        }
+        emit(i, lrow0 + mi * 16 + 8 * hf, nd, pack_bf16x2(o2[0], o2[1]), pack_bf16x2(r2[0], r2[1]));
+      }
+    });
   }
 
   // O (and its residual) straight to global memory (the mma.sync kernel).
@@ -560,25 +567,17 @@ struct ForwardRows {
 
   // lse and the event counters of the rows this thread leads. Rows that saw no key: lse = +inf.
   __device__ void store_row_stats(const ForwardParams& p, int b_, int h_, int t) const {
-#pragma unroll
-    for (int mi = 0; mi < MR; ++mi)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int i = row0 + mi * 16 + 8 * hf;
-        const float l_row = kPaper ? l[mi][hf] : quad_sum(l[mi][hf]);  // all quad lanes take part
-        if (i >= p.q_len) continue;
-        const bool seen = m[mi][hf] != -kInf;
-        if (t == 0) {
-          p.lse[(std::int64_t(b_) * p.heads + h_) * p.q_len + i] =
-              seen ? (kPaper ? paper::lse(l_row, m[mi][hf]) : fused::lse(l_row, m[mi][hf])) : kInf;
-          if (events && seen) {
-            const Events& ev = events[lrow0 + mi * 16 + 8 * hf];
-            if (ev.flags & kTieEvent) atomicAdd(&p.counters->tie_event_rows, 1ull);
-            if (ev.rep_count >= 2) atomicAdd(&p.counters->repeated_max_rows, 1ull);
-            if (ev.flags & kFellBack) atomicAdd(&p.counters->fallback_rows, 1ull);
-          }
-        }
+    for_each_row(p, [&](int mi, int hf, int i, float l_row, bool seen) {
+      if (t != 0) return;
+      p.lse[(std::int64_t(b_) * p.heads + h_) * p.q_len + i] =
+          seen ? (kPaper ? paper::lse(l_row, m[mi][hf]) : fused::lse(l_row, m[mi][hf])) : kInf;
+      if (events && seen) {
+        const Events& ev = events[lrow0 + mi * 16 + 8 * hf];
+        if (ev.flags & kTieEvent) atomicAdd(&p.counters->tie_event_rows, 1ull);
+        if (ev.rep_count >= 2) atomicAdd(&p.counters->repeated_max_rows, 1ull);
+        if (ev.flags & kFellBack) atomicAdd(&p.counters->fallback_rows, 1ull);
       }
+    });
   }
 
   __device__ void store(const ForwardParams& p, int b_, int h_, int t) const {

@@ -65,29 +65,30 @@ __device__ __forceinline__ void fence_registers(float (&r)[N][4]) {
 
 #define SF_ACC8(i) "+f"(c[i][0]), "+f"(c[i][1]), "+f"(c[i][2]), "+f"(c[i][3]), "+f"(c[i + 1][0]), "+f"(c[i + 1][1]), "+f"(c[i + 1][2]), "+f"(c[i + 1][3])
 
-// C[64 x 64] (+)= A[64 x 16] (shared, K-major) * B[16 x 64] (shared, K-major); scale_d = 0 overwrites.
-__device__ __forceinline__ void wgmma_m64n64_ss(float (&c)[8][4], std::uint64_t a, std::uint64_t b, int scale_d) {
+// C[64 x N] (+)= A[64 x 16] * B[16 x N], both from shared memory; kTrans = 0: both K-major (S = Q
+// K^T), 1: both MN-major (A stored [k][m], B stored [k][n]: the backward's dQ = dS K with dS read
+// from its transpose dS^T). scale_d = 0 overwrites C.
+template <int kTrans>
+__device__ __forceinline__ void wgmma_m64n64_ss_t(float (&c)[8][4], std::uint64_t a, std::uint64_t b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31},"
-      " %32, %33, p, 1, 1, 0, 0;\n}\n"
+      " %32, %33, p, 1, 1, %35, %35;\n}\n"
       : SF_ACC8(0), SF_ACC8(2), SF_ACC8(4), SF_ACC8(6)
-      : "l"(a), "l"(b), "r"(scale_d));
+      : "l"(a), "l"(b), "r"(scale_d), "n"(kTrans));
 }
-
-// C[64 x 128] (+)= A[64 x 16] (shared, K-major) * B[16 x 128] (shared, K-major).
-__device__ __forceinline__ void wgmma_m64n128_ss(float (&c)[16][4], std::uint64_t a, std::uint64_t b, int scale_d) {
+template <int kTrans>
+__device__ __forceinline__ void wgmma_m64n128_ss_t(float (&c)[16][4], std::uint64_t a, std::uint64_t b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
       "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63},"
-      " %64, %65, p, 1, 1, 0, 0;\n}\n"
+      " %64, %65, p, 1, 1, %67, %67;\n}\n"
       : SF_ACC8(0), SF_ACC8(2), SF_ACC8(4), SF_ACC8(6), SF_ACC8(8), SF_ACC8(10), SF_ACC8(12), SF_ACC8(14)
-      : "l"(a), "l"(b), "r"(scale_d));
+      : "l"(a), "l"(b), "r"(scale_d), "n"(kTrans));
 }
-
 // C[64 x 64] += A[64 x 16] (registers) * B[16 x 64] (shared, MN-major).
 __device__ __forceinline__ void wgmma_m64n64_rs(float (&c)[8][4], const std::uint32_t (&a)[4], std::uint64_t b) {
   asm volatile(
@@ -111,27 +112,6 @@ __device__ __forceinline__ void wgmma_m64n128_rs(float (&c)[16][4], const std::u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
 }
 
-// C[64 x N] (+)= A[64 x 16] * B[16 x N], both from shared memory and MN-major (A stored [k][m],
-// B stored [k][n]): the backward's dQ = dS K with dS read from its transpose dS^T.
-__device__ __forceinline__ void wgmma_m64n64_ss_tt(float (&c)[8][4], std::uint64_t a, std::uint64_t b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31},"
-      " %32, %33, p, 1, 1, 1, 1;\n}\n"
-      : SF_ACC8(0), SF_ACC8(2), SF_ACC8(4), SF_ACC8(6)
-      : "l"(a), "l"(b), "r"(scale_d));
-}
-__device__ __forceinline__ void wgmma_m64n128_ss_tt(float (&c)[16][4], std::uint64_t a, std::uint64_t b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63},"
-      " %64, %65, p, 1, 1, 1, 1;\n}\n"
-      : SF_ACC8(0), SF_ACC8(2), SF_ACC8(4), SF_ACC8(6), SF_ACC8(8), SF_ACC8(10), SF_ACC8(12), SF_ACC8(14)
-      : "l"(a), "l"(b), "r"(scale_d));
-}
 
 #undef SF_ACC8
 
@@ -145,22 +125,13 @@ __device__ __forceinline__ void wgmma_pv(float (&c)[D / 8][4], const std::uint32
   }
 }
 
-// S = Q K^T for N = 64 or 128 keys (both operands K-major).
-template <int N>
+// C[64 x N] (+)= A B for N = 64 or 128, both operands from shared memory (kTrans as above).
+template <int N, int kTrans = 0>
 __device__ __forceinline__ void wgmma_ss(float (&c)[N / 8][4], std::uint64_t a, std::uint64_t b, int scale_d) {
   if constexpr (N == 64) {
-    wgmma_m64n64_ss(c, a, b, scale_d);
+    wgmma_m64n64_ss_t<kTrans>(c, a, b, scale_d);
   } else {
-    wgmma_m64n128_ss(c, a, b, scale_d);
-  }
-}
-
-template <int D>
-__device__ __forceinline__ void wgmma_ss_tt(float (&c)[D / 8][4], std::uint64_t a, std::uint64_t b, int scale_d) {
-  if constexpr (D == 64) {
-    wgmma_m64n64_ss_tt(c, a, b, scale_d);
-  } else {
-    wgmma_m64n128_ss_tt(c, a, b, scale_d);
+    wgmma_m64n128_ss_t<kTrans>(c, a, b, scale_d);
   }
 }
 
