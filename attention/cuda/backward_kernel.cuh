@@ -66,6 +66,29 @@ __device__ __forceinline__ void probs_and_dscores(const BackwardParams& p, const
   }
 }
 
+// dK = BF16(acc * scale) (fused applies the scale to the FP32 product; paper's dS has it) and
+// dV = BF16(acc) of a warp's 16 keys: this thread's keys `key` and key + 8, columns nd * 8 + 2t,
+// + 1 (mma.sync C fragments, which the wgmma accumulators repeat). Keys past Tk are not stored.
+template <bool kPaper, int DT>
+__device__ __forceinline__ void store_dk_dv(const BackwardParams& p, int b, int h, int key, int t, const float (&acc_dk)[DT][4],
+                                            const float (&acc_dv)[DT][4]) {
+  const float dk_scale = kPaper ? 1.0f : p.scale;
+  std::uint16_t* dk_head = p.dk + p.k_strides.head(b, h);
+  std::uint16_t* dv_head = p.dv + p.k_strides.head(b, h);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int k = key + 8 * hf;
+    if (k >= p.k_len) continue;
+#pragma unroll
+    for (int nd = 0; nd < DT; ++nd) {
+      const int d = nd * 8 + 2 * t;
+      *reinterpret_cast<std::uint32_t*>(dk_head + k * p.k_strides.t + d) =
+          pack_bf16x2(mul_rn(acc_dk[nd][2 * hf], dk_scale), mul_rn(acc_dk[nd][2 * hf + 1], dk_scale));
+      *reinterpret_cast<std::uint32_t*>(dv_head + k * p.k_strides.t + d) = pack_bf16x2(acc_dv[nd][2 * hf], acc_dv[nd][2 * hf + 1]);
+    }
+  }
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1) attention_backward_kernel(const __grid_constant__ BackwardParams p) {
   constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK, BQ = Traits::kBlockQ;
@@ -240,24 +263,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_backward_kernel
   }
   cp_async_wait<0>();
 
-  // ---- dK = BF16(acc * scale) (fused applies the scale to the FP32 product; paper's dS has it),
-  // dV = BF16(acc). Keys past Tk are not stored.
-  const float dk_scale = kPaper ? 1.0f : p.scale;
-  std::uint16_t* dk_head = p.dk + p.k_strides.head(b, h);
-  std::uint16_t* dv_head = p.dv + p.k_strides.head(b, h);
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int key = k0 + key_row + g + 8 * hf;
-    if (key >= p.k_len) continue;
-#pragma unroll
-    for (int nd = 0; nd < DT; ++nd) {
-      const int d = nd * 8 + 2 * t;
-      *reinterpret_cast<std::uint32_t*>(dk_head + key * p.k_strides.t + d) =
-          pack_bf16x2(mul_rn(acc_dk[nd][2 * hf], dk_scale), mul_rn(acc_dk[nd][2 * hf + 1], dk_scale));
-      *reinterpret_cast<std::uint32_t*>(dv_head + key * p.k_strides.t + d) =
-          pack_bf16x2(acc_dv[nd][2 * hf], acc_dv[nd][2 * hf + 1]);
-    }
-  }
+  store_dk_dv<kPaper>(p, b, h, k0 + key_row + g, t, acc_dk, acc_dv);
 }
 
 }  // namespace stableflash::attention::cuda

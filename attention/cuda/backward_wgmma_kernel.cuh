@@ -274,23 +274,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   fence_registers(acc_dk);
   fence_registers(acc_dv);
 
-  // ---- dK = BF16(acc * scale) (fused), dV = BF16(acc); keys past Tk are not stored
-  const float dk_scale = kPaper ? 1.0f : p.scale;
-  std::uint16_t* dk_head = p.dk + p.k_strides.head(b, h);
-  std::uint16_t* dv_head = p.dv + p.k_strides.head(b, h);
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int key = group_k0 + key_row + g + 8 * hf;
-    if (key >= p.k_len) continue;
-#pragma unroll
-    for (int nd = 0; nd < DT; ++nd) {
-      const int d = nd * 8 + 2 * t;
-      *reinterpret_cast<std::uint32_t*>(dk_head + key * p.k_strides.t + d) =
-          pack_bf16x2(mul_rn(acc_dk[nd][2 * hf], dk_scale), mul_rn(acc_dk[nd][2 * hf + 1], dk_scale));
-      *reinterpret_cast<std::uint32_t*>(dv_head + key * p.k_strides.t + d) =
-          pack_bf16x2(acc_dv[nd][2 * hf], acc_dv[nd][2 * hf + 1]);
-    }
-  }
+  store_dk_dv<kPaper>(p, b, h, group_k0 + key_row + g, t, acc_dk, acc_dv);
 }
 
 }  // namespace stableflash::attention::cuda

@@ -41,20 +41,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   const std::uint16_t* q_head = p.q + p.q_strides.head(b, h);  // [Tq, D], row stride q_strides.t
   const std::uint16_t* k_head = p.k + p.k_strides.head(b, h);  // [Tk, D]
   const std::uint16_t* v_head = p.v + p.k_strides.head(b, h);  // [Tk, D]
-  const bool causal = p.causal != 0;
 
   auto* events = reinterpret_cast<typename Rows::Events*>(smem + Traits::kSmemQ + 4 * Traits::kSmemKV);
   auto* top = reinterpret_cast<float*>(smem + Traits::kSmemQ + 4 * Traits::kSmemKV + Traits::kSmemEvents);
   Rows rows(p, events, top, b, h, m0 + warp * 16 * MR + lane / 4, warp * 16 * MR + lane / 4);
-  const int cta_last_row = min(m0 + BQ, p.q_len) - 1;
-  const int n_keys = max(0, last_key(cta_last_row, p.q_len, p.k_len, causal) + 1);  // keys some row sees
-  const int min_last = last_key(m0, p.q_len, p.k_len, causal);  // sub-tiles reaching past it are masked
-  // Diagnostics runs (event counters) also walk whole numerics tiles with one m each, so their
-  // tie counts mean what the CPU's mean; the fast path decides m per 64-key sub-tile.
-  const bool multi_pass = kMultiPass || p.counters != nullptr;
-  const int unit = multi_pass ? p.tile_k : BK;
-  const KeyWalk walk{n_keys, unit, unit / BK, multi_pass};
-  const int total = walk.total_steps();
+  const CtaKeys keys = cta_keys<BQ, BK, kMultiPass>(p, m0);
+  const KeyWalk& walk = keys.walk;
+  const int min_last = keys.min_last, total = walk.total_steps();
 
   auto issue_loads = [&](int s, const KeyStep& st) {
     load_tile_async<BK, D, Traits::kThreads>(s_k0 + (s & 1) * Traits::kSmemKV, k_head, p.k_strides.t, st.key0, p.k_len);

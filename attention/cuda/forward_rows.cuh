@@ -53,6 +53,25 @@ struct KeyWalk {
   }
 };
 
+// The keys a CTA of query rows [m0, m0 + BQ) walks: all keys some row sees (n_keys), the last key
+// its first row sees (sub-tiles reaching past it need the mask), and the walk. Numerics tiles of
+// tile_k with a pre-pass where the shift needs a whole tile's maximum (kMultiPass) and in
+// diagnostics runs (event counters: their tie counts then mean the CPU's); else one step, and one
+// shift, per BK-key sub-tile.
+struct CtaKeys {
+  int n_keys, min_last;
+  KeyWalk walk;
+};
+template <int BQ, int BK, bool kMultiPass>
+__device__ __forceinline__ CtaKeys cta_keys(const ForwardParams& p, int m0) {
+  const bool causal = p.causal != 0;
+  const int cta_last_row = min(m0 + BQ, p.q_len) - 1;
+  const int n_keys = max(0, last_key(cta_last_row, p.q_len, p.k_len, causal) + 1);
+  const bool multi_pass = kMultiPass || p.counters != nullptr;
+  const int unit = multi_pass ? p.tile_k : BK;
+  return {n_keys, last_key(m0, p.q_len, p.k_len, causal), KeyWalk{n_keys, unit, unit / BK, multi_pass}};
+}
+
 // Walks a KeyWalk's steps in order without divisions (a step's position from its index would
 // need two integer divisions by run-time values, tens of instructions per step).
 struct KeyCursor {

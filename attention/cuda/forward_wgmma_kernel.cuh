@@ -119,29 +119,6 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
   }
 }
 
-// The pre-pass's score cache (paper numerics): a 64-key sub-tile's BF16 score pairs sp[nj][hf],
-// 16 words per thread stored as 4 x 16 bytes at [sub-tile][quarter][thread], so that a warp's
-// accesses are 512 contiguous bytes (no bank conflicts). Masked scores are -inf, which BF16 holds.
-__device__ __forceinline__ void store_score_pairs(std::uint32_t cache, int sub, const std::uint32_t (&sp)[8][2]) {
-#pragma unroll
-  for (int qt = 0; qt < 4; ++qt) {
-    const std::uint32_t addr = cache + ((sub * 4 + qt) * blockDim.x + threadIdx.x) * 16;
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(sp[2 * qt][0]), "r"(sp[2 * qt][1]),
-                 "r"(sp[2 * qt + 1][0]), "r"(sp[2 * qt + 1][1])
-                 : "memory");
-  }
-}
-__device__ __forceinline__ void load_score_pairs(std::uint32_t cache, int sub, std::uint32_t (&sp)[8][2]) {
-#pragma unroll
-  for (int qt = 0; qt < 4; ++qt) {
-    const std::uint32_t addr = cache + ((sub * 4 + qt) * blockDim.x + threadIdx.x) * 16;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(sp[2 * qt][0]), "=r"(sp[2 * qt][1]), "=r"(sp[2 * qt + 1][0]), "=r"(sp[2 * qt + 1][1])
-                 : "r"(addr)
-                 : "memory");
-  }
-}
-
 // The epilogue: O (and the residual) staged in the SW128 layout in the K buffers, which no
 // product reads any more, then written by bulk tensor copies in whole 128-byte lines (rows past
 // Tq are clipped by the copy engine); lse and the counters directly. Thread stores into the
@@ -190,24 +167,15 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   const int b = blockIdx.z, h = blockIdx.y, m0 = (p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BQ;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   (void)NT, (void)DT;
-  const bool causal = p.causal != 0;
 
   auto* events = reinterpret_cast<typename Rows::Events*>(smem + Traits::kSmemQ + 4 * Traits::kSmemKV);
   auto* top = reinterpret_cast<float*>(smem + Traits::kSmemQ + 4 * Traits::kSmemKV + Traits::kSmemEvents);
   Rows rows(p, events, top, b, h, m0 + warp * 16 * MR + lane / 4, warp * 16 * MR + lane / 4);
-  const int cta_last_row = min(m0 + BQ, p.q_len) - 1;
-  const int n_keys = max(0, last_key(cta_last_row, p.q_len, p.k_len, causal) + 1);  // keys some row sees
-  const int min_last = last_key(m0, p.q_len, p.k_len, causal);  // sub-tiles reaching past it are masked
-  // Diagnostics runs (event counters) also walk whole numerics tiles with one m each, so their
-  // tie counts mean what the CPU's mean; the fast path decides m per 64-key sub-tile.
-  const bool multi_pass = kMultiPass || p.counters != nullptr;
-  const int unit = multi_pass ? p.tile_k : BK;
-  const KeyWalk walk{n_keys, unit, unit / BK, multi_pass};
+  const CtaKeys keys = cta_keys<BQ, BK, kMultiPass>(p, m0);
+  const KeyWalk& walk = keys.walk;
+  const int n_keys = keys.n_keys, min_last = keys.min_last;
+  const bool multi_pass = walk.multi_pass;
   const int total = walk.total_steps();
-  // paper, D = 64: main passes of units with a pre-pass read the pre-pass's scores (kCachedKeys)
-  const bool cache_scores = Traits::kCachedKeys > 0 && unit <= Traits::kCachedKeys;
-  const std::uint32_t s_scores = s_q + Traits::kSmemQ + 4 * Traits::kSmemKV + Traits::kSmemEvents + Traits::kSmemTop +
-                                 Traits::kSmemBarriers;
 
   const auto finish = [&](const Rows& done) {
     if (p.store_by_tma) {
@@ -222,14 +190,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   // walk); 3 + (s & 1): step s's V in the pipelined walk.
   const std::uint32_t bars = s_q + Traits::kSmemQ + 4 * Traits::kSmemKV + Traits::kSmemEvents + Traits::kSmemTop;
   constexpr int kBoxBytes = 64 * 64 * 2, kBoxes = D / 64;
-  // K unless the step reads cached scores, V on main steps
+  // K, and V on main steps
   auto issue_loads = [&](int s, const KeyStep& st) {
     const std::uint32_t bar = bars + 8 * (1 + (s & 1));
-    const bool need_k = !(st.main && st.prepass && cache_scores);
-    mbar_arrive_expect_tx(bar, (int(need_k) + int(st.main)) * kBoxes * kBoxBytes);
+    mbar_arrive_expect_tx(bar, (st.main ? 2 : 1) * kBoxes * kBoxBytes);
 #pragma unroll
     for (int x = 0; x < kBoxes; ++x) {
-      if (need_k) tma_load_4d(s_k0 + (s & 1) * Traits::kSmemKV + x * kBoxBytes, &p.tma_k, 64 * x, st.key0, h, b, bar);
+      tma_load_4d(s_k0 + (s & 1) * Traits::kSmemKV + x * kBoxBytes, &p.tma_k, 64 * x, st.key0, h, b, bar);
       if (st.main) tma_load_4d(s_v0 + (s & 1) * Traits::kSmemKV + x * kBoxBytes, &p.tma_v, 64 * x, st.key0, h, b, bar);
     }
   };
@@ -266,23 +233,19 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
     mbar_wait(bars + 8 * (1 + (s & 1)), (s >> 1) & 1);
     const std::uint32_t s_k = s_k0 + (s & 1) * Traits::kSmemKV, s_v = s_v0 + (s & 1) * Traits::kSmemKV;
 
-    // paper keeps its scores as BF16 pairs (sp): cached, shifted and maximized two at a time
     float sc[MR][NT][4];
+    wgmma_fence();
+    issue_scores<D, BK>(sc, s_q, s_k);
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_registers(sc[0]);
+    // ---- Scores at the mode's rounding point, and the mask. paper keeps them as BF16 pairs (sp),
+    // maximized and shifted two at a time.
     std::uint32_t sp[NT][2];
-    if (kPaper && st.main && st.prepass && cache_scores) {
-      load_score_pairs(s_scores, st.sub, sp);  // rounded and masked by the pre-pass
+    if constexpr (kPaper) {
+      paper_score_pairs<BK>(sc, p.scale, st.key0, min_last, t, rows.last, sp);
     } else {
-      wgmma_fence();
-      issue_scores<D, BK>(sc, s_q, s_k);
-      wgmma_commit();
-      wgmma_wait_all();
-      fence_registers(sc[0]);
-      // ---- Scores at the mode's rounding point, and the mask.
-      if constexpr (kPaper) {
-        paper_score_pairs<BK>(sc, p.scale, st.key0, min_last, t, rows.last, sp);
-      } else {
-        mode_scores_and_mask<kPaper, BK>(sc, p.scale, st.key0, min_last, t, rows.last);
-      }
+      mode_scores_and_mask<kPaper, BK>(sc, p.scale, st.key0, min_last, t, rows.last);
     }
     // FP32 scores where paper still needs them: a unit without pre-pass picks its shift from
     // them, the counters count them
@@ -293,7 +256,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
     if (!st.main) {
       if constexpr (kPaper) {
         rows.prepass_pairs(sp);
-        if (cache_scores) store_score_pairs(s_scores, st.sub, sp);
       } else {
         rows.prepass_tile(sc);
       }

@@ -13,19 +13,6 @@
 #ifndef SF_FORWARD_FAST_BLOCK_K_HD64
 #define SF_FORWARD_FAST_BLOCK_K_HD64 64
 #endif
-// The paper forward at head dim 64: keys of the pre-pass's score cache (0: none, S is computed
-// again in the main pass) and CTAs per SM its registers are sized for. The 64 KiB cache leaves
-// room for two CTAs per SM; without it three fit (168 registers, no spills), which measured 9%
-// faster at the GPT-2 causal shape and 17% non-causal (H200, docs/benchmarks.md): the kernel is
-// bound by ALU latency, so warps beat the saved product. Build options for that comparison:
-// -DSF_PAPER_CACHED_KEYS_HD64=512 -DSF_PAPER_MIN_BLOCKS_HD64=2 gives the cached kernel.
-#ifndef SF_PAPER_CACHED_KEYS_HD64
-#define SF_PAPER_CACHED_KEYS_HD64 0
-#endif
-#ifndef SF_PAPER_MIN_BLOCKS_HD64
-#define SF_PAPER_MIN_BLOCKS_HD64 3
-#endif
-
 namespace stableflash::attention::cuda {
 
 // Element strides of one [B, H, T, D] or [B, T, H, D] tensor (head_dim is always contiguous).
@@ -136,8 +123,12 @@ struct WgmmaForwardTraits {
   static constexpr int kBlockK = 64;
   // fused: S (kFastBlockK / 2) + O (D / 2) + P (kFastBlockK / 4) registers per thread; paper
   // adds O and its shadow. D = 64 with 128-key steps: three CTAs (smem 72 KiB each).
+  // paper at D = 64: three CTAs (168 registers, no spills). Keeping the pre-pass's BF16 scores in
+  // shared memory for the main pass (64 KiB, two CTAs) measured 9% slower at the GPT-2 causal shape
+  // and 17% non-causal on the H200 (docs/benchmarks.md): the kernel is bound by ALU latency, so
+  // warps beat the saved second S product.
   static constexpr int kMinBlocks =
-      kPaper ? (kHeadDim == 64 ? SF_PAPER_MIN_BLOCKS_HD64 : 2) : (kHeadDim == 64 ? (SF_FORWARD_FAST_BLOCK_K_HD64 == 128 ? 3 : 4) : 2);
+      kPaper ? (kHeadDim == 64 ? 3 : 2) : (kHeadDim == 64 ? (SF_FORWARD_FAST_BLOCK_K_HD64 == 128 ? 3 : 4) : 2);
   // Keys per step of the fused fast path (forward_pipelined_walk): 128 at D = 64 halves the
   // per-step costs (barriers, row maxima, the shift choice) and feeds the tensor cores
   // m64n128 products; D = 128 keeps 64 so that two CTAs fit an SM. The shift m is then chosen
@@ -151,14 +142,8 @@ struct WgmmaForwardTraits {
   static constexpr int kSmemTop = kThreads * kRowTiles * 4 * 4;
   // Q; one per K/V buffer (serial walk) or per K buffer (pipelined walk); one per V buffer
   static constexpr int kBarriers = 5;
-  static constexpr int kSmemBarriers = (kBarriers * 8 + 15) / 16 * 16;  // what follows is 16-byte aligned
-  // paper, D = 64 with SF_PAPER_CACHED_KEYS_HD64: the pre-pass keeps the unit's BF16 scores (up
-  // to kCachedKeys keys) for the main pass, which then needs neither K nor a second S = Q K^T
-  // (the scores are BF16 values in `paper` numerics, so the cache is exact). Off by default (see
-  // above); D = 128 has no room for it beside two CTAs' tiles.
-  static constexpr int kCachedKeys = (kPaper && kHeadDim == 64) ? SF_PAPER_CACHED_KEYS_HD64 : 0;
-  static constexpr int kSmemScores = kBlockQ * kCachedKeys * 2;
-  static constexpr int kSmemBytes = kSmemQ + 4 * kSmemKV + kSmemEvents + kSmemTop + kSmemBarriers + kSmemScores;
+  static constexpr int kSmemBarriers = kBarriers * 8;
+  static constexpr int kSmemBytes = kSmemQ + 4 * kSmemKV + kSmemEvents + kSmemTop + kSmemBarriers;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
 };
 
