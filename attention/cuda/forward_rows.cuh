@@ -106,6 +106,23 @@ __device__ __forceinline__ float quotient_rn(float a, float b, float rcp) {
   return __fmaf_rn(__fmaf_rn(-q, b, a), rcp, q);
 }
 
+// Calls f(bits) with the output rounding's significand bits as a compile-time 7 (BF16: one
+// conversion per element) or else the run-time value. A run-time `bits` inside the per-element
+// loops costs a branch region per element; the profile of the paper forward showed its unit-end
+// and epilogue code (executed once per unit, so never warm in the instruction cache) taking a
+// third of the kernel's stall samples that way.
+struct Bf16Bits {
+  __device__ constexpr operator int() const { return 7; }
+};
+template <class F>
+__device__ __forceinline__ void with_round_bits(int bits, F&& f) {
+  if (bits == 7) {
+    f(Bf16Bits{});
+  } else {
+    f(bits);
+  }
+}
+
 template <class Traits, class Policy>
 struct ForwardRows {
   static constexpr int MR = Traits::kRowTiles, NT = Traits::kKeyTiles, DT = Traits::kDimTiles;
@@ -479,6 +496,10 @@ struct ForwardRows {
   // After the unit's last sub-tile. paper: the unit's rounding points (O-bar, O and l updates);
   // fused: nothing but the tie count (its O accumulator was rescaled at the unit's start).
   __device__ void end_unit(const ForwardParams& p) {
+    with_round_bits(p.round_bits, [&](auto bits) { end_unit_rounded(p, bits); });
+  }
+  template <class Bits>
+  __device__ void end_unit_rounded(const ForwardParams& p, Bits bits) {
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi)
 #pragma unroll
@@ -505,7 +526,7 @@ struct ForwardRows {
 #pragma unroll
             for (int e2 = 0; e2 < 2; ++e2) {
               const float dot = acc[mi][nd][2 * hf + e2];
-              o2[e2] = paper::update_output(o2[e2], c, paper::tile_output(dot, p.round_bits), p.round_bits);
+              o2[e2] = paper::update_output(o2[e2], c, paper::tile_output(dot, bits), bits);
               acc[mi][nd][2 * hf + e2] = 0.0f;
             }
             o_bf[mi][nd][hf] = pack_bf16x2(o2[0], o2[1]);  // exact: O holds <= 7 significand bits
@@ -524,12 +545,13 @@ struct ForwardRows {
     if constexpr (kPaper) return quotient_rn(shadow[mi][nd][2 * hf + e2], l_shadow[mi][hf], rcp_shadow);
     return quotient_rn(acc[mi][nd][2 * hf + e2], l_row, rcp_l);  // fused::unrounded_output
   }
-  __device__ float rounded_output(const ForwardParams& p, int mi, int nd, int hf, int e2, float l_row, float rcp_l) const {
+  template <class Bits>
+  __device__ float rounded_output(Bits bits, int mi, int nd, int hf, int e2, float l_row, float rcp_l) const {
     if constexpr (kPaper) {
       const float o_acc = e2 == 0 ? bf16_lo(o_bf[mi][nd][hf]) : bf16_hi(o_bf[mi][nd][hf]);
-      return round_output(quotient_rn(o_acc, l_row, rcp_l), p.round_bits);  // paper::finalize_output
+      return round_output(quotient_rn(o_acc, l_row, rcp_l), bits);  // paper::finalize_output
     }
-    return fused::finalize_output(exact_output(mi, nd, hf, e2, l_row, rcp_l, 0.0f), p.round_bits);
+    return fused::finalize_output(exact_output(mi, nd, hf, e2, l_row, rcp_l, 0.0f), bits);
   }
 
   // Calls f(mi, hf, row, l, seen) for each row this thread holds below Tq, with the row's full sum
@@ -551,25 +573,27 @@ struct ForwardRows {
   // delta's residual; 0 unless `residual`). Columns nd * 8 + 2t, + 1. Rows that saw no key: 0.
   template <class Emit>
   __device__ void finalize_outputs(const ForwardParams& p, bool residual, Emit&& emit) const {
-    for_each_row(p, [&](int mi, int hf, int i, float l_row, bool seen) {
-      const float rcp_l = seen ? __frcp_rn(l_row) : 0.0f;
-      const float rcp_shadow = kPaper && residual && seen ? __frcp_rn(l_shadow[mi][hf]) : 0.0f;
+    with_round_bits(p.round_bits, [&](auto bits) {
+      for_each_row(p, [&](int mi, int hf, int i, float l_row, bool seen) {
+        const float rcp_l = seen ? __frcp_rn(l_row) : 0.0f;
+        const float rcp_shadow = kPaper && residual && seen ? __frcp_rn(l_shadow[mi][hf]) : 0.0f;
 #pragma unroll
-      for (int nd = 0; nd < DT; ++nd) {
-        float o2[2], r2[2] = {0.0f, 0.0f};
-        if (residual) {  // uniform: both loops are straight-line code
+        for (int nd = 0; nd < DT; ++nd) {
+          float o2[2], r2[2] = {0.0f, 0.0f};
+          if (residual) {  // uniform: both loops are straight-line code
 #pragma unroll
-          for (int e2 = 0; e2 < 2; ++e2) {
-            const float exact = exact_output(mi, nd, hf, e2, l_row, rcp_l, rcp_shadow);
-            o2[e2] = kPaper ? rounded_output(p, mi, nd, hf, e2, l_row, rcp_l) : fused::finalize_output(exact, p.round_bits);
-            r2[e2] = output_residual(exact, o2[e2]);
+            for (int e2 = 0; e2 < 2; ++e2) {
+              const float exact = exact_output(mi, nd, hf, e2, l_row, rcp_l, rcp_shadow);
+              o2[e2] = kPaper ? rounded_output(bits, mi, nd, hf, e2, l_row, rcp_l) : fused::finalize_output(exact, bits);
+              r2[e2] = output_residual(exact, o2[e2]);
+            }
+          } else {
+#pragma unroll
+            for (int e2 = 0; e2 < 2; ++e2) o2[e2] = rounded_output(bits, mi, nd, hf, e2, l_row, rcp_l);
           }
-        } else {
-#pragma unroll
-          for (int e2 = 0; e2 < 2; ++e2) o2[e2] = rounded_output(p, mi, nd, hf, e2, l_row, rcp_l);
+          emit(i, lrow0 + mi * 16 + 8 * hf, nd, pack_bf16x2(o2[0], o2[1]), pack_bf16x2(r2[0], r2[1]));
         }
-        emit(i, lrow0 + mi * 16 + 8 * hf, nd, pack_bf16x2(o2[0], o2[1]), pack_bf16x2(r2[0], r2[1]));
-      }
+      });
     });
   }
 
