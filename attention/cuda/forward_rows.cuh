@@ -343,7 +343,7 @@ struct ForwardRows {
           m_new = fmaxf(m_old, choice.m);
         }
         // A row that has seen no key keeps acc = l = 0, so its factor is irrelevant (0 avoids NaN).
-        const float c = m_old == -kInf ? 0.0f : (kPaper ? paper::rescale(m_old, m_new) : fused::rescale(m_old, m_new));
+        const float c = m_old == -kInf ? 0.0f : (kPaper ? paper::rescale(m_old, m_new) : fused::rescale_fast(m_old, m_new));
         if (events && lane_leads_quad()) {
           // Counting runs use units of one numerics tile (one m each), so ones are per tile.
           Events& ev = events[lrow0 + mi * 16 + 8 * hf];

@@ -86,7 +86,7 @@ SF_HD float sum_term(float pbar_fp32, Normalizer n) {
 
 SF_HD float rescale(float m_old, float m_new) { return exp_fp32(sub_rn(m_old, m_new)); }
 
-// The GPU kernels' evaluation of the same exponentials: the same rounding points as pbar() and
+// The GPU kernels' evaluation of the same exponentials: the same rounding points as pbar(), rescale() and
 // prob() (S = FP32(dot * scale), then S - x in FP32), with the hardware exp2 for exp:
 // exp(y) = exp2(FP32(y * log2(e))). A score equal to m gives exactly 1, as pbar() does, so tied
 // maxima stay exact ties (the midpoint structure the audit measures). The relative error is
@@ -95,6 +95,7 @@ inline constexpr float kLog2e = 1.44269504088896341f;
 SF_HD float exp_fast(float y) { return exp2_fast(mul_rn(y, kLog2e)); }
 SF_HD float pbar_fast(float s, float m) { return exp_fast(sub_rn(s, m)); }
 SF_HD float prob_fast(float s, float lse_value) { return exp_fast(sub_rn(s, lse_value)); }
+SF_HD float rescale_fast(float m_old, float m_new) { return exp_fast(sub_rn(m_old, m_new)); }  // 1 when m is unchanged
 
 // acc = acc * c + FP32-dot(BF16(P-bar), v); l = l * c + l_tile (all FP32).
 SF_HD float update_accumulator(float acc, float c, float tile_dot_fp32) { return add_rn(mul_rn(acc, c), tile_dot_fp32); }
