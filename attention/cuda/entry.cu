@@ -146,6 +146,14 @@ bool forward_serial_walk() {
   return serial;
 }
 
+bool forward_warp_specialized() {
+  static const bool ws = [] {
+    const char* env = std::getenv("STABLEFLASH_FORWARD_KERNEL");
+    return !(env && std::string(env) == "wgmma-1wg");
+  }();
+  return ws;
+}
+
 ForwardKernel backward_kernel_kind() {
   static const ForwardKernel kind = [] {
     const char* env = std::getenv("STABLEFLASH_BACKWARD_KERNEL");

@@ -61,45 +61,67 @@ __device__ __forceinline__ void load_tile(const CUtensorMap* map, std::uint32_t 
       tma_load_4d(dst + x * WgmmaTile<ROWS, D>::kBlockBytes + r * 64 * 128, map, 64 * x, row0 + 64 * r, h, b, bar);
 }
 
-// The fused fast path's key walk, one step of BK = Traits::kFastBlockK keys per j
-// (FlashAttention-3's intra-warpgroup overlap): S_j = Q K_j^T and acc += P_(j-1) V_(j-1) are
-// issued together; the softmax of S_j runs while the P V product is still on the tensor cores,
-// and the rescale of acc by exp(m_old - m_new) waits for that product. K_j and V_j have their
-// own barriers (K: bars + 8 (1 + j % 2), V: bars + 8 (3 + j % 2)); step j's copies (K_(j+1),
-// V_j) go into buffers whose last readers, S_(j-1) and P_(j-2) V_(j-2), were waited for before
-// the previous step's __syncthreads. P-bar stays FP32 in sc until P_(j-1) V_(j-1) has landed and
-// is packed into pa then, so only one set of A fragments is live.
-template <class Traits, class Rows>
-__device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, Rows& rows, int n_keys, int min_last, int t, int h,
-                                                       int b, std::uint32_t s_q, std::uint32_t s_k0, std::uint32_t s_v0,
-                                                       std::uint32_t bars) {
-  constexpr int D = Traits::kHeadDim, BK = Traits::kFastBlockK, KV = Traits::kSmemKV;
+// Where the fused fast path's K and V tiles come from. SelfFeed: the walking warpgroup's thread 0
+// issues the copies itself, one step ahead, into double buffers freed by a __syncthreads at the end
+// of each step (K_j: bars + 8 (1 + j % 2), V_j: bars + 8 (3 + j % 2)); step j's copies (K_(j+1),
+// V_j) go into buffers whose last readers, S_(j-1) and P_(j-2) V_(j-2), were waited for before the
+// previous step's __syncthreads. The warp-specialized kernel's feed (forward_ws_kernel.cuh) waits
+// for a producer warp's copies instead and hands each buffer back as soon as its product is done.
+template <int D, int BK, int KV>
+struct SelfFeed {
+  const ForwardParams& p;
+  int h, b, total;
+  std::uint32_t s_k0, s_v0, bars;
+
+  __device__ std::uint32_t k(int j) const { return s_k0 + (j & 1) * KV; }
+  __device__ std::uint32_t v(int j) const { return s_v0 + (j & 1) * KV; }
+  __device__ void start() const {
+    if (threadIdx.x == 0 && total > 0) load_tile<D, BK>(&p.tma_k, k(0), 0, h, b, bars + 8);
+  }
+  __device__ void begin_step(int j) const {
+    if (threadIdx.x != 0) return;
+    if (j + 1 < total) load_tile<D, BK>(&p.tma_k, k(j + 1), (j + 1) * BK, h, b, bars + 8 * (1 + ((j + 1) & 1)));
+    load_tile<D, BK>(&p.tma_v, v(j), j * BK, h, b, bars + 8 * (3 + (j & 1)));
+  }
+  __device__ void wait_k(int j) const { mbar_wait(bars + 8 * (1 + (j & 1)), (j >> 1) & 1); }
+  __device__ void wait_v(int j) const { mbar_wait(bars + 8 * (3 + (j & 1)), (j >> 1) & 1); }
+  __device__ void release_k(int) const {}
+  __device__ void release_v(int) const {}
+  __device__ void end_step() const { __syncthreads(); }  // K_j and V_(j-1) are free for step j + 1's copies
+};
+
+// The fused fast path's key walk, one step of BK keys per j (FlashAttention-3's intra-warpgroup
+// overlap): S_j = Q K_j^T and acc += P_(j-1) V_(j-1) are issued together; the softmax of S_j runs
+// while the P V product is still on the tensor cores, and the rescale of acc by exp(m_old - m_new)
+// waits for that product. P-bar stays FP32 in sc until P_(j-1) V_(j-1) has landed and is packed
+// into pa then, so only one set of A fragments is live. K_j is handed back once S_j has landed,
+// V_(j-1) once P_(j-1) V_(j-1) has.
+template <int D, int BK, class Rows, class Feed>
+__device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, Rows& rows, const Feed& feed, int total,
+                                                       int min_last, int t, std::uint32_t s_q) {
   // Counting runs walk in numerics tiles (cta_keys), never here: telling the compiler lets it drop
   // the counters' code from the loop (2-3% of its instructions with a policy that can fall back).
   __builtin_assume(rows.events == nullptr);
-  const int total = (n_keys + BK - 1) / BK;
-  if (threadIdx.x == 0 && total > 0) load_tile<D, BK>(&p.tma_k, s_k0, 0, h, b, bars + 8);
+  feed.start();
   std::uint32_t pa[1][BK / 16][4];  // BF16(P-bar) of the previous step
   for (int j = 0; j < total; ++j) {
     const int key0 = j * BK;
-    if (threadIdx.x == 0) {
-      if (j + 1 < total) load_tile<D, BK>(&p.tma_k, s_k0 + ((j + 1) & 1) * KV, key0 + BK, h, b, bars + 8 * (1 + ((j + 1) & 1)));
-      load_tile<D, BK>(&p.tma_v, s_v0 + (j & 1) * KV, key0, h, b, bars + 8 * (3 + (j & 1)));
-    }
-    mbar_wait(bars + 8 * (1 + (j & 1)), (j >> 1) & 1);
+    feed.begin_step(j);
+    feed.wait_k(j);
     float sc[1][BK / 8][4];
     wgmma_fence();
-    issue_scores<D, BK>(sc, s_q, s_k0 + (j & 1) * KV);
+    issue_scores<D, BK>(sc, s_q, feed.k(j));
     wgmma_commit();
     if (j > 0) {
-      mbar_wait(bars + 8 * (3 + ((j - 1) & 1)), ((j - 1) >> 1) & 1);
-      issue_pv<D, BK>(rows.acc[0], pa[0], s_v0 + ((j - 1) & 1) * KV);
+      feed.wait_v(j - 1);
+      issue_pv<D, BK>(rows.acc[0], pa[0], feed.v(j - 1));
       wgmma_commit();
       wgmma_wait<1>();  // S_j has landed; P_(j-1) V_(j-1) may still run
     } else {
       wgmma_wait<0>();
     }
     fence_registers(sc[0]);
+    feed.release_k(j);
     mode_scores_and_mask<false, BK>(sc, p.scale, key0, min_last, t, rows.last);
     float c[1][2];
     rows.template start_unit<true>(p, sc, KeyStep{key0, 0, 1, true, false}, c);
@@ -107,15 +129,16 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
     wgmma_wait<0>();
     fence_registers(rows.acc[0]);
     fence_registers(pa[0]);
+    if (j > 0) feed.release_v(j - 1);
     rows.rescale_acc(c);
     Rows::pack_operands(sc, pa);
-    __syncthreads();  // K_j and V_(j-1) are free for the copies of step j + 1
+    feed.end_step();
   }
   if (total > 0) {
     const int j = total - 1;
-    mbar_wait(bars + 8 * (3 + (j & 1)), (j >> 1) & 1);
+    feed.wait_v(j);
     wgmma_fence();
-    issue_pv<D, BK>(rows.acc[0], pa[0], s_v0 + (j & 1) * KV);
+    issue_pv<D, BK>(rows.acc[0], pa[0], feed.v(j));
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(rows.acc[0]);
@@ -125,10 +148,11 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
 // The epilogue: O (and the residual) staged in the SW128 layout in the K buffers, which no
 // product reads any more, then written by bulk tensor copies in whole 128-byte lines (rows past
 // Tq are clipped by the copy engine); lse and the counters directly. Thread stores into the
-// swizzled rows hit 32 different banks.
-template <class Traits, class Rows>
+// swizzled rows hit 32 different banks. `leader` issues the copies after `sync` (the warpgroup's
+// threads wait for each other).
+template <class Traits, class Rows, class Sync>
 __device__ __forceinline__ void store_outputs_by_tma(const ForwardParams& p, const Rows& rows, int m0, int h, int b, int t,
-                                                     std::uint32_t s_o, std::uint32_t s_r) {
+                                                     std::uint32_t s_o, std::uint32_t s_r, bool leader, Sync&& sync) {
   constexpr int D = Traits::kHeadDim;
   using Tile = WgmmaTile<64, D>;
   const bool residual = p.o_residual != nullptr;
@@ -138,8 +162,8 @@ __device__ __forceinline__ void store_outputs_by_tma(const ForwardParams& p, con
     if (residual) asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(s_r + off), "r"(r2) : "memory");
   });
   fence_proxy_async_smem();  // the copy engine reads what the threads wrote
-  __syncthreads();
-  if (threadIdx.x == 0) {
+  sync();                    // every thread of the warpgroup has staged its part
+  if (leader) {
 #pragma unroll
     for (int x = 0; x < D / 64; ++x) {
       tma_store_4d(&p.tma_o, s_o + x * Tile::kBlockBytes, 64 * x, m0, h, b);
@@ -182,7 +206,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
 
   const auto finish = [&](const Rows& done) {
     if (p.store_by_tma) {
-      store_outputs_by_tma<Traits>(p, done, m0, h, b, t, s_k0, s_k0 + Traits::kSmemKV);
+      store_outputs_by_tma<Traits>(p, done, m0, h, b, t, s_k0, s_k0 + Traits::kSmemKV, threadIdx.x == 0, [] { __syncthreads(); });
     } else {
       done.store(p, b, h, t);
     }
@@ -215,7 +239,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
     if (!multi_pass && !p.serial_walk) {
       if (threadIdx.x == 0) load_tile<D, 64>(&p.tma_q, s_q, m0, h, b, bars);
       mbar_wait(bars, 0);
-      forward_pipelined_walk<Traits>(p, rows, n_keys, min_last, t, h, b, s_q, s_k0, s_v0, bars);
+      constexpr int BKF = Traits::kFastBlockK;
+      const int steps = (n_keys + BKF - 1) / BKF;
+      const SelfFeed<D, BKF, Traits::kSmemKV> feed{p, h, b, steps, s_k0, s_v0, bars};
+      forward_pipelined_walk<D, BKF>(p, rows, feed, steps, min_last, t, s_q);
       finish(rows);
       return;
     }

@@ -147,6 +147,39 @@ struct WgmmaForwardTraits {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
 };
 
+// Tiles of the warp-specialized fused forward (forward_ws_kernel.cuh): a producer warpgroup and
+// kConsumers consumer warpgroups of 64 query rows (the m64 of a wgmma) sharing 128-key K/V tiles
+// in a ring of kWsForwardStages (FlashAttention-3's tiles: 3 x 64 rows at D = 64, where the
+// softmax's ALU work needs more warps per SM, 2 x 64 at D = 128). kRowTiles / kKeyTiles /
+// kDimTiles / kPaper are what ForwardRows reads. Only D = 128 is built: at D = 64 the
+// one-warpgroup kernel with 4 CTAs per SM was faster on the H200 (16,12,1024,64 causal / full,
+// TFLOP/s: 1 warpgroup 246 / 316, 2 consumers 201 / 289, 3 consumers 189 / 301; commit a34a6af+).
+inline constexpr int kWsForwardStages = 2;
+template <int kHeadDim_>
+struct WsForwardTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kPaper = false;
+  static constexpr int kConsumers = kHeadDim == 64 ? 3 : 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kCtaRows = 64 * kConsumers;
+  static constexpr int kBlockK = 128;  // keys per step (one shift per row and step)
+  static constexpr int kRowTiles = 1;
+  static constexpr int kKeyTiles = kBlockK / 8;
+  static constexpr int kDimTiles = kHeadDim / 8;
+  // setmaxnreg budgets, 128 x (producer + kConsumers x consumer) <= 65536. A consumer holds S
+  // (kBlockK / 2), O (D / 2) and P (kBlockK / 4) registers per thread: 160 at D = 128, 128 at 64.
+  static constexpr int kProducerRegisters = kConsumers == 3 ? 24 : 40;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 232;
+  static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536, "the SM's register file");
+  static constexpr int kSmemQ = 64 * kHeadDim * 2;        // one consumer's Q (and its O / residual staging)
+  static constexpr int kSmemKV = kBlockK * kHeadDim * 2;  // a K or V stage
+  static constexpr int kSmemBarriers = (kConsumers + 4 * kWsForwardStages) * 8;
+  // Q per consumer | K, V stages | residual staging per consumer | barriers
+  static constexpr int kSmemBytes = 2 * kConsumers * kSmemQ + 2 * kWsForwardStages * kSmemKV + kSmemBarriers;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
+  static_assert(kSmemBytes <= 227 * 1024, "an SM's shared memory");
+};
+
 // Backward tiles: a CTA owns kBlockK keys (16 per warp) and walks query blocks of kBlockQ.
 template <int kHeadDim_, bool kPaper_>
 struct BackwardTraits {

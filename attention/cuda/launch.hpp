@@ -17,6 +17,9 @@ namespace stableflash::attention::cuda {
 // selects the latter (benchmarks, bisecting).
 enum class ForwardKernel { wgmma, mma_sync };
 ForwardKernel forward_kernel_kind();
+// The wgmma forward's fused fast path: warp-specialized (forward_ws_kernel.cuh, the default) or the
+// one-warpgroup kernel (STABLEFLASH_FORWARD_KERNEL=wgmma-1wg, for comparison).
+bool forward_warp_specialized();
 // The same choice for the backward's main kernel: STABLEFLASH_BACKWARD_KERNEL=mma or wgmma.
 ForwardKernel backward_kernel_kind();
 
