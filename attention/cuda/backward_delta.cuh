@@ -107,15 +107,19 @@ __global__ void __launch_bounds__(128) delta_exact_kernel(const __grid_constant_
         mma_16816(dp[2 * nj2 + 1], ao, bv[2], bv[3]);
       }
     }
-    const bool need_mask = s * BK + BK - 1 > min_last;
+    if (s * BK + BK - 1 > min_last) {  // keys a row does not see: S = -inf, so P = 0 (one branch per tile)
+#pragma unroll
+      for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (s * BK + nj * 8 + 2 * t + (e & 1) > last[e / 2]) sc[nj][e] = -__builtin_huge_valf();
+    }
 #pragma unroll
     for (int nj = 0; nj < NT; ++nj)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int key = s * BK + nj * 8 + 2 * t + (e & 1);
-        float prob = kPaper ? paper::prob(paper::score(sc[nj][e], p.scale), lse[e / 2])
-                            : fused::prob_fast(fused::score(sc[nj][e], p.scale), lse[e / 2]);
-        if (need_mask && key > last[e / 2]) prob = 0.0f;
+        const float prob = kPaper ? paper::prob(paper::score(sc[nj][e], p.scale), lse[e / 2])
+                                  : fused::prob_fast(fused::score(sc[nj][e], p.scale), lse[e / 2]);
         part[e / 2] += prob * (kPaper ? paper::dprob(dp[nj][e]) : dp[nj][e]);
       }
     __syncthreads();

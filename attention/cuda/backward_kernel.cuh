@@ -39,28 +39,42 @@ __device__ __forceinline__ void pass_turn(int* counter, int next) {
   if (threadIdx.x == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(next) : "memory");
 }
 
+// S^T entries a query must not see (keys past Tk, or past the causal diagonal) set to -inf, so
+// that P = exp(S - lse) = 0 and dS = P (dP - delta) = 0 there, as the oracle's exclusion gives.
+// Callers test once per block whether any entry needs it: a mask test inside the per-element code
+// cost a branch region per element (a seventh of the wgmma backward's instructions).
+// Element (nq, e) is key `key` + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
+template <int NQ>
+__device__ __forceinline__ void mask_transposed_scores(const BackwardParams& p, float (&st)[NQ][4], int key, int q0, int t,
+                                                       bool causal) {
+#pragma unroll
+  for (int nq = 0; nq < NQ; ++nq)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int kj = key + 8 * (e / 2), qi = q0 + nq * 8 + 2 * t + (e & 1);
+      if (kj >= p.k_len || (causal && kj > qi + p.k_len - p.q_len)) st[nq][e] = -__builtin_huge_valf();
+    }
+}
+
 // P and dS of four accumulator elements at the mode's rounding points: element e is query
-// q_local + (e % 2) of the block and key key + 8 (e / 2). Both backward kernels (mma.sync and
-// wgmma) lay their fragments out this way and share this code.
+// q_local + (e % 2) of the block and key key + 8 (e / 2), masked entries already -inf
+// (mask_transposed_scores). Both backward kernels (mma.sync and wgmma) lay their fragments out
+// this way and share this code.
 template <bool kPaper>
 __device__ __forceinline__ void probs_and_dscores(const BackwardParams& p, const float (&s)[4], const float (&dpt)[4],
-                                                  int q_local, int key, int q0, bool need_mask, bool causal,
-                                                  const float* s_lse, const float* s_delta, float (&pv)[4],
+                                                  int q_local, const float* s_lse, const float* s_delta, float (&pv)[4],
                                                   float (&dsv)[4]) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const int ql = q_local + (e & 1);
-    const int kj = key + 8 * (e / 2);
-    const bool masked = need_mask && (kj >= p.k_len || (causal && kj > q0 + ql + p.k_len - p.q_len));
     float prob, dp;
     if constexpr (kPaper) {
-      prob = paper::prob(paper::score(s[e], p.scale), s_lse[ql]);
+      prob = paper::prob(paper::score(s[e], p.scale), s_lse[ql]);  // exp(-inf) = 0 where masked
       dp = paper::dprob(dpt[e]);
     } else {
       prob = fused::prob_fast(fused::score(s[e], p.scale), s_lse[ql]);
       dp = dpt[e];
     }
-    if (masked) prob = 0.0f;
     pv[e] = prob;
     dsv[e] = kPaper ? paper::dscore(prob, dp, s_delta[ql], p.scale) : fused::dscore(prob, dp, s_delta[ql]);
   }
@@ -179,12 +193,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_backward_kernel
     // ---- P and dS at the mode's rounding points; BF16 copies as A fragments (k = queries).
     // Element (nq, e): key k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
     const bool need_mask = k0 + BK > p.k_len || (causal && k0 + BK - 1 > q0 + p.k_len - p.q_len);
+    if (need_mask) mask_transposed_scores(p, st, k0 + key_row + g, q0, t, causal);
     std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
 #pragma unroll
     for (int nq = 0; nq < NQ; ++nq) {
       float pv[4], dsv[4];
-      probs_and_dscores<kPaper>(p, st[nq], dpt[nq], nq * 8 + 2 * t, k0 + key_row + g, q0, need_mask, causal, s_lse, s_delta,
-                                pv, dsv);
+      probs_and_dscores<kPaper>(p, st[nq], dpt[nq], nq * 8 + 2 * t, s_lse, s_delta, pv, dsv);
       pa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(pv[0], pv[1]);
       pa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(pv[2], pv[3]);
       dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);

@@ -181,13 +181,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const float* s_lse = s_rowvals + (wg * 2 + slot) * 2 * BQ;
     const float* s_delta = s_lse + BQ;
     const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
+    if (need_mask) mask_transposed_scores(p, st, group_k0 + key_row + g, q0, t, causal);
     const std::uint32_t s_ds_buf = s_ds + slot * 2 * kDsTile;
     std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
 #pragma unroll
     for (int nq = 0; nq < NQ; ++nq) {
       float pv[4], dsv[4];
-      probs_and_dscores<kPaper>(p, st[nq], dpt[nq], nq * 8 + 2 * t, group_k0 + key_row + g, q0, need_mask, causal, s_lse,
-                                s_delta, pv, dsv);
+      probs_and_dscores<kPaper>(p, st[nq], dpt[nq], nq * 8 + 2 * t, s_lse, s_delta, pv, dsv);
       pa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(pv[0], pv[1]);
       pa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(pv[2], pv[3]);
       dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
