@@ -81,7 +81,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto bar_free = [&](int slot) { return bar_kv + 8 * (3 + slot); };  // every warp is done with a slot
 
   const int b = blockIdx.z, h = blockIdx.y, kb = blockIdx.x, k0 = kb * BK;
-  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  // The warpgroup index broadcast from lane 0: the compiler then knows it is warp-uniform and keeps
+  // the shared-memory addresses derived from it (wgmma descriptors) in uniform registers instead of
+  // moving them over (R2UR) before every product (CUTLASS's canonical_warp_group_idx does the same).
+  const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int group_k0 = k0 + wg * GK;  // this warpgroup's first key
   const bool causal = p.causal != 0;
@@ -100,18 +103,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
   };
   // lse and delta of block qb for this group (thread r < 64: lse of row r, else delta of row r - 64);
-  // rows past Tq get lse = +inf so P = 0 there
-  auto load_rowvals = [&](int qb, int slot) {
-    const int r = tid % BQ, q = qb * BQ + r;
-    float* vals = s_rowvals + (wg * 2 + slot) * 2 * BQ;
-    if (tid < BQ) {
-      vals[r] = q < p.q_len ? p.lse[row_base + q] : kInf;
-    } else {
-      vals[BQ + r] = q < p.q_len ? p.delta[row_base + q] : 0.0f;
-    }
+  // rows past Tq get lse = +inf so P = 0 there. Fetched into a register a block ahead and stored to
+  // the slot later (stash_rowval), so the global load's latency hides behind that block's products.
+  auto fetch_rowval = [&](int qb) {
+    const int q = qb * BQ + tid % BQ;
+    if (tid < BQ) return q < p.q_len ? p.lse[row_base + q] : kInf;
+    return q < p.q_len ? p.delta[row_base + q] : 0.0f;
   };
+  auto stash_rowval = [&](int slot, float v) { s_rowvals[(wg * 2 + slot) * 2 * BQ + tid] = v; };
 
-  if (qb_begin < qb_end) load_rowvals(qb_begin, 0);
+  if (qb_begin < qb_end) stash_rowval(0, fetch_rowval(qb_begin));
   if (threadIdx.x == 0) {
     mbar_init(bar_kv, 1);
     mbar_init(bar_full(0), 1), mbar_init(bar_full(1), 1);
@@ -165,8 +166,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     wgmma_commit();
     // while the tensor cores work: the next block's rows, and its copies once every warp is done
     // with the slot they overwrite (block i - 1's)
+    const float next_rowval = qb + 1 < qb_end ? fetch_rowval(qb + 1) : 0.0f;
     if (qb + 1 < qb_end) {
-      load_rowvals(qb + 1, slot ^ 1);
       if (threadIdx.x == 0) {
         if (i >= 1) mbar_wait(bar_free(slot ^ 1), ((i - 1) >> 1) & 1);
         issue_query_block(qb + 1, slot ^ 1);
@@ -211,6 +212,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     wgmma_commit();
     // the previous block's dQ reduction has read this group's dQ tile before anyone rewrites it
     if (tid == 0) bulk_wait_group_read<0>();
+    if (qb + 1 < qb_end) stash_rowval(slot ^ 1, next_rowval);  // read after the next block's barriers
     named_barrier_sync(kDsBarrier, Traits::kThreads);  // dS^T tiles complete
 
     // ---- dQ part [64 queries, 64] = BF16(dS) K over the CTA's 128 keys (k-step kk: keys 16 kk..,

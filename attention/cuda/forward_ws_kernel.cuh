@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   }
   __syncthreads();  // the last CTA-wide barrier: the producer's idle warps leave below
 
-  const int wg = threadIdx.x / 128;
+  const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform (see the wgmma backward)
   if (wg == 0) {
     release_registers<Traits::kProducerRegisters>();
     if (threadIdx.x == 0) produce_tiles<Traits>(p, feed, s_q, m0, h, b, total);
