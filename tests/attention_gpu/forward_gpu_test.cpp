@@ -1,6 +1,7 @@
 // The `fused` forward on the GPU against numerics.md's bound: max|O_gpu - O_ref| <= 2 x the naive
 // BF16 implementation's error + one BF16 ulp at max|O_ref|, over odd shapes, both layouts,
 // Tq != Tk, every shift policy, large logits; fully masked rows give o = 0 and lse = +inf.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -105,6 +106,42 @@ TEST(FusedForwardGpu, FullyMaskedRowsAreZeroWithInfiniteLse) {
         EXPECT_EQ(g.delta[row], 0.0f);
       }
     EXPECT_EQ(g.ties.masked_rows, 2 * 130);
+  }
+}
+
+// Outputs that are 4- but not 16-byte aligned cannot take the epilogue's bulk tensor stores; the
+// element-wise stores that replace them must write the same bits, and only the output's elements.
+// Covers both forwards of the fast path: the one-warpgroup kernel (D = 64) and the
+// warp-specialized one (D = 128), causal with a partial last block.
+TEST(FusedForwardGpu, UnalignedOutputsGetTheSameBits) {
+  SF_REQUIRE_GPU();
+  for (int dim : {64, 128}) {
+    const AttentionShape s{2, 3, 300, 300, dim};
+    const Inputs in = random_inputs(s, Layout::bhtd, 77 + dim);
+    AttentionOptions opt;
+    opt.numerics = Numerics::fused, opt.policy = ShiftPolicy::hashed_offset, opt.causal = true;
+    opt.delta_source = DeltaSource::compensated;
+    const Outputs aligned = run_gpu(in, opt, /*backward=*/false);
+
+    const auto nq = std::size_t(s.q_elements()), nk = std::size_t(s.k_elements());
+    constexpr std::size_t kShift = 2;  // elements: 4 bytes past a 16-byte boundary
+    GuardedBuffer<bf16> q(nq, in.q), k(nk, in.k), v(nk, in.v), o(nq + kShift), r(nq + kShift);
+    GuardedBuffer<float> lse(std::size_t(s.rows()));
+    const std::vector<bf16> before = o.download();
+    ForwardArgs fa;
+    fa.shape = s, fa.layout = in.layout, fa.q = q.get(), fa.k = k.get(), fa.v = v.get();
+    fa.o = o.get() + kShift, fa.o_residual = r.get() + kShift, fa.lse = lse.get();
+    AttentionOptions gpu = opt;
+    gpu.device = Device::cuda;
+    attention_forward(fa, gpu);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<bf16> got = o.download(), got_r = r.download();
+    EXPECT_TRUE(o.intact(false) && r.intact(false)) << "guards around the shifted outputs";
+    for (std::size_t i = 0; i < kShift; ++i) EXPECT_EQ(got[i].bits, before[i].bits) << "element before the output";
+    std::int64_t differing = 0;
+    for (std::size_t i = 0; i < nq; ++i)
+      differing += (got[i + kShift].bits != aligned.o[i].bits) + (got_r[i + kShift].bits != aligned.residual[i].bits);
+    EXPECT_EQ(differing, 0) << "D = " << dim << ": element-wise vs bulk-stored outputs";
   }
 }
 
