@@ -28,8 +28,27 @@ if(NOT STABLEFLASH_CUDA STREQUAL "OFF")
   endif()
 endif()
 # CuTe/CUTLASS headers from the PyPI package nvidia-cutlass, installed by scripts/setup-deps.sh into
-# .deps/python (never downloaded at build time). Kernels that use them need this include dir.
-find_path(STABLEFLASH_CUTLASS_INCLUDE_DIR cute/tensor.hpp
+# .deps/python (never downloaded at build time). The CUDA kernels' instruction wrappers
+# (attention/cuda/wgmma.cuh, tma.cuh, warp_mma.cuh) are built on them, so a CUDA build needs them.
+find_path(STABLEFLASH_CUTLASS_INCLUDE_DIR cute/arch/mma_sm90_gmma.hpp
   HINTS ${PROJECT_SOURCE_DIR}/.deps/python/cutlass_library/source/include NO_DEFAULT_PATH)
+set(_sf_cutlass_version "")
+if(STABLEFLASH_CUTLASS_INCLUDE_DIR AND EXISTS ${STABLEFLASH_CUTLASS_INCLUDE_DIR}/cutlass/version.h)
+  file(STRINGS ${STABLEFLASH_CUTLASS_INCLUDE_DIR}/cutlass/version.h _sf_v REGEX "^#define CUTLASS_(MAJOR|MINOR|PATCH) ")
+  string(REGEX REPLACE ".*MAJOR ([0-9]+).*MINOR ([0-9]+).*PATCH ([0-9]+).*" "\\1.\\2.\\3" _sf_cutlass_version "${_sf_v}")
+endif()
+if(STABLEFLASH_HAVE_CUDA)
+  if(NOT EXISTS "${STABLEFLASH_CUTLASS_INCLUDE_DIR}/cute/arch/mma_sm90_gmma.hpp")
+    message(FATAL_ERROR "stableflash: the CUDA kernels need the CuTe/CUTLASS headers (PyPI nvidia-cutlass), not found "
+                        "(STABLEFLASH_CUTLASS_INCLUDE_DIR=${STABLEFLASH_CUTLASS_INCLUDE_DIR}; looked in "
+                        "${PROJECT_SOURCE_DIR}/.deps/python/cutlass_library/source/include). Run scripts/setup-deps.sh, "
+                        "or pass -DSTABLEFLASH_CUTLASS_INCLUDE_DIR=<dir with cute/ and cutlass/>, or build without CUDA "
+                        "(-DSTABLEFLASH_CUDA=OFF).")
+  endif()
+  # SYSTEM: CUTLASS's own warnings are not ours to fix.
+  add_library(stableflash_cute INTERFACE)
+  target_include_directories(stableflash_cute SYSTEM INTERFACE ${STABLEFLASH_CUTLASS_INCLUDE_DIR})
+  add_library(stableflash::cute ALIAS stableflash_cute)
+endif()
 message(STATUS "stableflash: CUDA kernels ${STABLEFLASH_HAVE_CUDA} (archs: ${STABLEFLASH_CUDA_ARCHS}, head dims: "
-               "${STABLEFLASH_CUDA_HEAD_DIMS}; CuTe headers: ${STABLEFLASH_CUTLASS_INCLUDE_DIR})")
+               "${STABLEFLASH_CUDA_HEAD_DIMS}; CuTe headers ${_sf_cutlass_version}: ${STABLEFLASH_CUTLASS_INCLUDE_DIR})")

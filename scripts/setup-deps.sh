@@ -62,12 +62,13 @@ if ! echo "$ranks_sha256  $ranks" | sha256sum --check --status 2>/dev/null; then
   cp "$tmp"/openai_whisper-*/whisper/assets/gpt2.tiktoken "$ranks.tmp" && mv "$ranks.tmp" "$ranks"
 fi
 
-# CuTe/CUTLASS headers (the Hopper kernels' building blocks) from PyPI's nvidia-cutlass, into the
-# project-local .deps/python; CMake finds them there (cmake/StableflashCuda.cmake). Never fetched
-# at build time. Only CUDA builds can use them, so a failure here is a warning.
+# CuTe/CUTLASS headers (the CUDA kernels' instruction wrappers are built on them) from PyPI's
+# nvidia-cutlass, into the project-local .deps/python; CMake finds them there
+# (cmake/StableflashCuda.cmake). Never fetched at build time. Only CUDA builds need them, so a
+# failure here is a warning; a CUDA build then stops at configure time, saying so.
 cutlass_version=4.2.0.0
 if [ ! -f .deps/python/cutlass_library/source/include/cute/tensor.hpp ]; then
   echo "setup: installing nvidia-cutlass==$cutlass_version (CuTe headers) into .deps/python"
   python3 -m pip install -q --disable-pip-version-check --no-deps --target "$python_deps" "nvidia-cutlass==$cutlass_version" ||
-    echo "setup: warning: could not install nvidia-cutlass; CUDA kernels that need CuTe will be unavailable" >&2
+    echo "setup: warning: could not install nvidia-cutlass; a CUDA build (nvcc present) will fail to configure" >&2
 fi

@@ -8,29 +8,37 @@
 //   C 16x8  (4 x f32):  c0, c1 (g, 2t, 2t+1)  c2, c3 (g+8, 2t, 2t+1)
 // Two C tiles adjacent in n form exactly one A tile in k, so P = exp(S) feeds the next product
 // from registers without a trip through shared memory.
+//
+// mma.sync, ldmatrix and the cp.async group commit come from CuTe (SM80_16x8x16_F32BF16BF16F32_TN,
+// SM75_U32x4_LDSM_N, SM75_U16x8_LDSM_T, cp_async_fence); the rest stays PTX: CuTe's zero-filling
+// cp.async (SM80_CP_ASYNC_CACHEGLOBAL_ZFILL) adds an .L2::128B prefetch hint, its cp_async_wait<0>
+// is wait_all (one more LDGDEPBAR), and it has no BF16x2 conversion or arithmetic wrappers.
 #pragma once
 
 #include <cstdint>
 
+#include <cute/arch/copy_sm75.hpp>  // ldmatrix
+#include <cute/arch/copy_sm80.hpp>  // cp.async groups
+#include <cute/arch/mma_sm80.hpp>   // mma.sync m16n8k16
+
 namespace stableflash::attention::cuda {
 
 __device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  cute::SM80_16x8x16_F32BF16BF16F32_TN::fma(c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b0, b1,
+                                            c[0], c[1], c[2], c[3]);
 }
 
+// CuTe's ldmatrix atoms take a reference to shared memory; ours an address (cvta there and back
+// folds away).
+__device__ __forceinline__ const cute::uint128_t& smem_row(std::uint32_t addr) {
+  return *static_cast<const cute::uint128_t*>(__cvta_shared_to_generic(addr));
+}
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
+  cute::SM75_U32x4_LDSM_N::copy(smem_row(addr), r[0], r[1], r[2], r[3]);
 }
 
 __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
+  cute::SM75_U16x8_LDSM_T::copy(smem_row(addr), r[0], r[1], r[2], r[3]);
 }
 
 // 16-byte global -> shared copy; `valid == false` writes zeros (rows past the sequence end), so
@@ -39,7 +47,8 @@ __device__ __forceinline__ void cp_async_16(std::uint32_t smem_addr, const void*
   const int src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(src_bytes));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() { cute::cp_async_fence(); }
+// Hand-written: cute::cp_async_wait<0> is cp.async.wait_all, which commits an empty group first.
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));

@@ -10,11 +10,31 @@
 //     64-wide d blocks rows * 128 B apart (LBO); the k16 step over keys starts 2048 B * kk in.
 // Accumulator and register-A fragments of m64nNk16 are, per warp (16 rows), those of
 // mma.sync m16n8k16 repeated over N/8 (warp_mma.cuh), so the per-row softmax code is shared.
+//
+// The instructions come from CuTe (nvidia-cutlass 4.2 headers, .deps/python): the GMMA atoms
+// SM90::GMMA::MMA_64xNx16_F32BF16BF16_{SS,RS}, GmmaDescriptor's fields, warpgroup_arrive /
+// commit_batch / wait / fence_operand. Our wrappers keep the kernels' fragment arrays ([N/8][4],
+// flattened row-major into the atoms' d00..dNN, which is the wgmma register order) and the
+// descriptor that moves by one add. The SASS is that of the hand-written asm they replaced (the
+// register-A atoms pass scale-D = 1 in a register rather than as an immediate; ptxas folds it).
 #pragma once
 
 #include <cstdint>
+#include <utility>
+
+#include <cute/arch/mma_sm90_desc.hpp>  // GmmaDescriptor
+#include <cute/arch/mma_sm90_gmma.hpp>  // GMMA atoms, warpgroup_*
+#include <cutlass/arch/barrier.h>        // fence_view_async_shared
+
+// CuTe compiles its GMMA atoms to a run-time trap where sm_90a features are off; keep the build
+// error the plain asm gave instead.
+#if defined(__CUDA_ARCH__) && !defined(CUTE_ARCH_MMA_SM90A_ENABLED)
+#error "wgmma.cuh needs sm_90a (STABLEFLASH_CUDA_ARCHS=90a-real)"
+#endif
 
 namespace stableflash::attention::cuda {
+
+namespace GMMA = cute::SM90::GMMA;
 
 template <int ROWS, int D>
 struct WgmmaTile {
@@ -30,28 +50,41 @@ struct WgmmaTile {
 // start address is the low word's 14-bit field (in 16-byte units) and shared memory ends below
 // 2^18 bytes, so adding an in-tile offset never carries into the LBO field above it. Rebuilding
 // each descriptor from its address costs ~6 uniform instructions per wgmma, which the softmax
-// warps pay in issue slots.
+// warps pay in issue slots. The constant fields (LBO, SBO, 128-byte swizzle) are set through
+// CuTe's GmmaDescriptor and fold to constants; the run-time start address is or-ed into the low
+// word by hand: written through the 14-bit field, it was built with byte permutes (UPRMT; 8-16
+// more SASS instructions per wgmma kernel).
 struct Sw128Desc {
   std::uint32_t lo, hi;
-  __device__ __forceinline__ Sw128Desc(std::uint32_t smem_addr, std::uint32_t lbo_bytes, std::uint32_t sbo_bytes)
-      : lo(((smem_addr >> 4) & 0x3fffu) | (((lbo_bytes >> 4) & 0x3fffu) << 16)),
-        hi(((sbo_bytes >> 4) & 0x3fffu) | (1u << 30)) {}  // bit 62: 128-byte swizzle
+  __device__ __forceinline__ Sw128Desc(std::uint32_t smem_addr, std::uint32_t lbo_bytes, std::uint32_t sbo_bytes) {
+    cute::GmmaDescriptor d;
+    d.bitfield.leading_byte_offset_ = static_cast<std::uint16_t>(lbo_bytes >> 4);  // 14-bit fields
+    d.bitfield.stride_byte_offset_ = static_cast<std::uint16_t>(sbo_bytes >> 4);
+    d.bitfield.layout_type_ = static_cast<std::uint8_t>(GMMA::LayoutType::B128);
+    lo = d.reg32_[0] | ((smem_addr >> 4) & 0x3fffu);  // start_address_, bits [0, 14)
+    hi = d.reg32_[1];
+  }
   __device__ __forceinline__ std::uint64_t at(std::uint32_t byte_offset) const {
     return (std::uint64_t(hi) << 32) | (lo + (byte_offset >> 4));
   }
 };
 
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { cute::warpgroup_arrive(); }
+__device__ __forceinline__ void wgmma_commit() { cute::warpgroup_commit_batch(); }
+__device__ __forceinline__ void wgmma_wait_all() { cute::warpgroup_wait<0>(); }
 // Waits until at most N committed groups are pending (the newest N may still run).
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+  cute::warpgroup_wait<N>();
 }
 // Writes by the generic proxy (cp.async, st.shared) become visible to wgmma's async proxy.
-__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// CUTLASS's fence declares no "memory" clobber (its callers order memory by other means); the
+// compiler fences around it keep shared-memory stores from moving past it, as our asm did.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("" ::: "memory");
+  cutlass::arch::fence_view_async_shared();
+  asm volatile("" ::: "memory");
+}
 
 // Keeps the compiler from moving accumulator reads across wgmma_wait_all (the asm that issues a
 // wgmma names them, the one that waits does not).
@@ -60,60 +93,50 @@ __device__ __forceinline__ void fence_registers(float (&r)[N][4]) {
 #pragma unroll
   for (int i = 0; i < N; ++i)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(r[i][e])::"memory");
+    for (int e = 0; e < 4; ++e) cute::warpgroup_fence_operand(r[i][e]);
 }
 
-#define SF_ACC8(i) "+f"(c[i][0]), "+f"(c[i][1]), "+f"(c[i][2]), "+f"(c[i][3]), "+f"(c[i + 1][0]), "+f"(c[i + 1][1]), "+f"(c[i + 1][2]), "+f"(c[i + 1][3])
+namespace detail {
+// The GMMA atoms take the accumulator as N/2 scalar references d00..; ours is [N/8][4] in the
+// same order.
+template <class Op, int N, std::size_t... I>
+__device__ __forceinline__ void gmma_ss(float (&c)[N / 8][4], std::uint64_t a, std::uint64_t b, GMMA::ScaleOut scale_d,
+                                        std::index_sequence<I...>) {
+  Op::fma(a, b, c[I / 4][I % 4]..., scale_d);
+}
+template <class Op, int N, std::size_t... I>
+__device__ __forceinline__ void gmma_rs(float (&c)[N / 8][4], const std::uint32_t (&a)[4], std::uint64_t b,
+                                        std::index_sequence<I...>) {
+  Op::fma(a[0], a[1], a[2], a[3], b, c[I / 4][I % 4]..., GMMA::ScaleOut::One);
+}
+}  // namespace detail
 
 // C[64 x N] (+)= A[64 x 16] * B[16 x N], both from shared memory; kTrans = 0: both K-major (S = Q
 // K^T), 1: both MN-major (A stored [k][m], B stored [k][n]: the backward's dQ = dS K with dS read
 // from its transpose dS^T). scale_d = 0 overwrites C.
 template <int kTrans>
 __device__ __forceinline__ void wgmma_m64n64_ss_t(float (&c)[8][4], std::uint64_t a, std::uint64_t b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31},"
-      " %32, %33, p, 1, 1, %35, %35;\n}\n"
-      : SF_ACC8(0), SF_ACC8(2), SF_ACC8(4), SF_ACC8(6)
-      : "l"(a), "l"(b), "r"(scale_d), "n"(kTrans));
+  constexpr GMMA::Major kMajor = kTrans ? GMMA::Major::MN : GMMA::Major::K;
+  detail::gmma_ss<GMMA::MMA_64x64x16_F32BF16BF16_SS<kMajor, kMajor>, 64>(
+      c, a, b, static_cast<GMMA::ScaleOut>(scale_d), std::make_index_sequence<32>{});
 }
 template <int kTrans>
 __device__ __forceinline__ void wgmma_m64n128_ss_t(float (&c)[16][4], std::uint64_t a, std::uint64_t b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63},"
-      " %64, %65, p, 1, 1, %67, %67;\n}\n"
-      : SF_ACC8(0), SF_ACC8(2), SF_ACC8(4), SF_ACC8(6), SF_ACC8(8), SF_ACC8(10), SF_ACC8(12), SF_ACC8(14)
-      : "l"(a), "l"(b), "r"(scale_d), "n"(kTrans));
+  constexpr GMMA::Major kMajor = kTrans ? GMMA::Major::MN : GMMA::Major::K;
+  detail::gmma_ss<GMMA::MMA_64x128x16_F32BF16BF16_SS<kMajor, kMajor>, 128>(
+      c, a, b, static_cast<GMMA::ScaleOut>(scale_d), std::make_index_sequence<64>{});
 }
 // C[64 x 64] += A[64 x 16] (registers) * B[16 x 64] (shared, MN-major).
 __device__ __forceinline__ void wgmma_m64n64_rs(float (&c)[8][4], const std::uint32_t (&a)[4], std::uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31},"
-      " {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-      : SF_ACC8(0), SF_ACC8(2), SF_ACC8(4), SF_ACC8(6)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
+  detail::gmma_rs<GMMA::MMA_64x64x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>, 64>(
+      c, a, b, std::make_index_sequence<32>{});
 }
 
 // C[64 x 128] += A[64 x 16] (registers) * B[16 x 128] (shared, MN-major).
 __device__ __forceinline__ void wgmma_m64n128_rs(float (&c)[16][4], const std::uint32_t (&a)[4], std::uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63},"
-      " {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
-      : SF_ACC8(0), SF_ACC8(2), SF_ACC8(4), SF_ACC8(6), SF_ACC8(8), SF_ACC8(10), SF_ACC8(12), SF_ACC8(14)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
+  detail::gmma_rs<GMMA::MMA_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>, 128>(
+      c, a, b, std::make_index_sequence<64>{});
 }
-
-
-#undef SF_ACC8
 
 // P V for a 64-wide d block or the whole D = 128.
 template <int D>
@@ -142,7 +165,7 @@ __device__ __forceinline__ void fence_registers(std::uint32_t (&r)[N][4]) {
 #pragma unroll
   for (int i = 0; i < N; ++i)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e])::"memory");
+    for (int e = 0; e < 4; ++e) cute::warpgroup_fence_operand(r[i][e]);
 }
 
 }  // namespace stableflash::attention::cuda
