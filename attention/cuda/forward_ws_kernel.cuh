@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cutlass/arch/reg_reconfig.h>  // warpgroup_reg_alloc / dealloc
 
 #include "forward_rows.cuh"
 #include "forward_wgmma_kernel.cuh"
@@ -25,15 +26,18 @@
 
 namespace stableflash::attention::cuda {
 
-// Warpgroup register budgets (PTX setmaxnreg; all warps of a warpgroup execute it). The kernel
-// starts at 65536 / 384 = 168 per thread; the producer needs a handful.
+// Warpgroup register budgets (setmaxnreg, CUTLASS's wrappers; all warps of a warpgroup execute
+// it). The kernel starts at 65536 / 384 = 168 per thread; the producer needs a handful.
+#if defined(__CUDA_ARCH__) && !CUDA_CTA_RECONFIG_ACTIVATED
+#error "the warp-specialized forward needs setmaxnreg (sm_90a): CUTLASS's wrappers would be no-ops"
+#endif
 template <int kRegs>
 __device__ __forceinline__ void release_registers() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+  cutlass::arch::warpgroup_reg_dealloc<kRegs>();
 }
 template <int kRegs>
 __device__ __forceinline__ void claim_registers() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+  cutlass::arch::warpgroup_reg_alloc<kRegs>();
 }
 
 // Barrier slots (8 bytes each) after the tiles: per consumer a Q barrier; per stage K full,
