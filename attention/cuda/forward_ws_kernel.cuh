@@ -6,8 +6,9 @@
 // per step, and the producer gives its registers to the consumers (setmaxnreg), so 128-key steps
 // fit at D = 128.
 //
-// Runs the `fused` fast path only (one shift per 128-key step, no event counters, a policy that
-// needs no tile-wide tie count); everything else takes the one-warpgroup kernel. The consumers'
+// Runs the `fused` fast path at D = 128 only (one shift per 128-key step, no event counters, a
+// policy that needs no tile-wide tie count); everything else, D = 64 included (faster there with
+// four one-warpgroup CTAs per SM, kernel_params.cuh), takes the one-warpgroup kernel. The consumers'
 // walk is forward_pipelined_walk, the same code the one-warpgroup kernel runs, fed by ProducerFeed.
 //
 // Shared memory: Q of each consumer [64, D] | K stages | V stages | residual staging per consumer
