@@ -142,6 +142,7 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(rows.acc[0]);
+    feed.release_v(j);  // a persistent feed reuses the stage for the next tile
   }
 }
 

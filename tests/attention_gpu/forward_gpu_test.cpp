@@ -145,6 +145,39 @@ TEST(FusedForwardGpu, UnalignedOutputsGetTheSameBits) {
   }
 }
 
+// Every (b, h) is computed alone, so its outputs must not depend on the rest of the batch: a few
+// heads of a 140-head batch (420 tiles of 128 rows at D = 128, more CTAs than SMs, several waves)
+// must equal, bit for bit, the same heads run alone. Guards any state carried between a CTA's
+// tiles or shared between CTAs (a persistent grid, a tile scheduler).
+TEST(FusedForwardGpu, EveryHeadGetsTheBitsItGetsAlone) {
+  SF_REQUIRE_GPU();
+  for (int dim : {64, 128}) {
+    const AttentionShape s{2, 70, 300, 300, dim};
+    const Inputs in = random_inputs(s, Layout::bhtd, 91 + dim);
+    AttentionOptions opt;
+    // standard: hashed_offset's shift depends on the row's (b, h), which differ when run alone
+    opt.numerics = Numerics::fused, opt.policy = ShiftPolicy::standard, opt.causal = true;
+    opt.delta_source = DeltaSource::compensated;
+    const Outputs all = run_gpu(in, opt, /*backward=*/false);
+    const std::size_t head = std::size_t(s.q_len) * dim;
+    for (int bh : {0, 1, 69, 70, 101, 139}) {  // both batches, first and last heads
+      Inputs one;
+      one.shape = AttentionShape{1, 1, s.q_len, s.k_len, dim};
+      one.layout = Layout::bhtd;
+      const auto slice = [&](const std::vector<bf16>& x) {
+        return std::vector<bf16>(x.begin() + bh * head, x.begin() + (bh + 1) * head);
+      };
+      one.q = slice(in.q), one.k = slice(in.k), one.v = slice(in.v), one.d_o = slice(in.d_o);
+      const Outputs alone = run_gpu(one, opt, /*backward=*/false);
+      std::int64_t differing = 0;
+      for (std::size_t i = 0; i < head; ++i)
+        differing += (alone.o[i].bits != all.o[bh * head + i].bits) + (alone.residual[i].bits != all.residual[bh * head + i].bits);
+      for (int r = 0; r < s.q_len; ++r) differing += alone.lse[r] != all.lse[std::size_t(bh) * s.q_len + r];
+      EXPECT_EQ(differing, 0) << "D = " << dim << ", (b, h) #" << bh << ": outputs in the batch vs alone";
+    }
+  }
+}
+
 TEST(FusedForwardGpu, RoundBitsRoundTheOutput) {
   SF_REQUIRE_GPU();
   const AttentionShape s{1, 2, 150, 150, 64};
