@@ -109,6 +109,14 @@ TEST(FusedForwardGpu, FullyMaskedRowsAreZeroWithInfiniteLse) {
   }
 }
 
+// fused, causal, compensated delta (so the forward writes the residual too), with `policy`.
+AttentionOptions fused_causal_with_residual(ShiftPolicy policy) {
+  AttentionOptions opt;
+  opt.numerics = Numerics::fused, opt.policy = policy, opt.causal = true;
+  opt.delta_source = DeltaSource::compensated;
+  return opt;
+}
+
 // Outputs that are 4- but not 16-byte aligned cannot take the epilogue's bulk tensor stores; the
 // element-wise stores that replace them must write the same bits, and only the output's elements.
 // Covers both forwards of the fast path: the one-warpgroup kernel (D = 64) and the
@@ -118,9 +126,7 @@ TEST(FusedForwardGpu, UnalignedOutputsGetTheSameBits) {
   for (int dim : {64, 128}) {
     const AttentionShape s{2, 3, 300, 300, dim};
     const Inputs in = random_inputs(s, Layout::bhtd, 77 + dim);
-    AttentionOptions opt;
-    opt.numerics = Numerics::fused, opt.policy = ShiftPolicy::hashed_offset, opt.causal = true;
-    opt.delta_source = DeltaSource::compensated;
+    const AttentionOptions opt = fused_causal_with_residual(ShiftPolicy::hashed_offset);
     const Outputs aligned = run_gpu(in, opt, /*backward=*/false);
 
     const auto nq = std::size_t(s.q_elements()), nk = std::size_t(s.k_elements());
@@ -154,10 +160,8 @@ TEST(FusedForwardGpu, EveryHeadGetsTheBitsItGetsAlone) {
   for (int dim : {64, 128}) {
     const AttentionShape s{2, 70, 300, 300, dim};
     const Inputs in = random_inputs(s, Layout::bhtd, 91 + dim);
-    AttentionOptions opt;
     // standard: hashed_offset's shift depends on the row's (b, h), which differ when run alone
-    opt.numerics = Numerics::fused, opt.policy = ShiftPolicy::standard, opt.causal = true;
-    opt.delta_source = DeltaSource::compensated;
+    const AttentionOptions opt = fused_causal_with_residual(ShiftPolicy::standard);
     const Outputs all = run_gpu(in, opt, /*backward=*/false);
     const std::size_t head = std::size_t(s.q_len) * dim;
     for (int bh : {0, 1, 69, 70, 101, 139}) {  // both batches, first and last heads
