@@ -83,31 +83,32 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void block_kernel(i
   block_kernel_impl(mc, nc, kc, pa, pb, C, ldc);
 }
 
-// Packs op(A)[i0 : i0+mc, k0 : k0+kc] into [ceil(mc/MR)][kc][MR], zero-padding the last rows.
-template <class T>
-void pack_a(Trans ta, const T* A, std::int64_t lda, int i0, int mc, int k0, int kc, T* out) {
-  for (int ib = 0; ib < mc; ib += kMR)
+// Packs the [m, kc] block M[i0 : i0+m, k0 : k0+kc] of a matrix stored row-major (element (i, k) at
+// M[i * ld + k]) or, `transposed`, column-major (at M[k * ld + i]) into [ceil(m/W)][kc][W] panels,
+// zero-padding the last panel's rows: the layout the micro-kernel streams for either operand.
+template <int W, class T>
+void pack_panels(bool transposed, const T* M, std::int64_t ld, int i0, int m, int k0, int kc, T* out) {
+  for (int ib = 0; ib < m; ib += W)
     for (int k = 0; k < kc; ++k)
-      for (int r = 0; r < kMR; ++r) {
+      for (int r = 0; r < W; ++r) {
         const int i = ib + r;
         T v = 0;
-        if (i < mc) v = ta == Trans::no ? A[std::int64_t(i0 + i) * lda + k0 + k] : A[std::int64_t(k0 + k) * lda + i0 + i];
+        if (i < m) v = transposed ? M[std::int64_t(k0 + k) * ld + i0 + i] : M[std::int64_t(i0 + i) * ld + k0 + k];
         *out++ = v;
       }
 }
 
-// Packs op(B)[k0 : k0+kc, j0 : j0+nc] into [ceil(nc/NR)][kc][NR], zero-padding the last columns.
+// op(A)[i0 : i0+mc, k0 : k0+kc] as [ceil(mc/MR)][kc][MR].
+template <class T>
+void pack_a(Trans ta, const T* A, std::int64_t lda, int i0, int mc, int k0, int kc, T* out) {
+  pack_panels<kMR>(ta != Trans::no, A, lda, i0, mc, k0, kc, out);
+}
+
+// op(B)[k0 : k0+kc, j0 : j0+nc] as [ceil(nc/NR)][kc][NR]: the panels of op(B)^T, which is B^T
+// (stored transposed) unless B itself is.
 template <class T>
 void pack_b(Trans tb, const T* B, std::int64_t ldb, int k0, int kc, int j0, int nc, T* out) {
-  constexpr int NR = kNR<T>;
-  for (int jb = 0; jb < nc; jb += NR)
-    for (int k = 0; k < kc; ++k)
-      for (int c = 0; c < NR; ++c) {
-        const int j = jb + c;
-        T v = 0;
-        if (j < nc) v = tb == Trans::no ? B[std::int64_t(k0 + k) * ldb + j0 + j] : B[std::int64_t(j0 + j) * ldb + k0 + k];
-        *out++ = v;
-      }
+  pack_panels<kNR<T>>(tb == Trans::no, B, ldb, j0, nc, k0, kc, out);
 }
 
 int round_up(int x, int m) { return (x + m - 1) / m * m; }

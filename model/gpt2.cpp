@@ -196,6 +196,20 @@ attention::StandardAttentionArgs<T> standard_args(LayerActivations& L, int batch
   return {batch, heads, len, head_dim, 3 * C, /*causal=*/true,
           L.qkv.data(), L.qkv.data() + C, L.qkv.data() + 2 * C, L.atty.data(), L.probs.data()};
 }
+
+// The fused attention's view of one layer: BF16 q, k, v, O (and residual) in [B, T, H, D] and the
+// FP32 lse, which its forward writes and its backward reads (ForwardArgs and BackwardArgs share
+// these fields).
+template <class Args, class LayerActivations>
+Args fused_args(LayerActivations& L, int batch, int heads, int len, int head_dim) {
+  Args args;
+  args.shape = {batch, heads, len, len, head_dim};
+  args.layout = attention::Layout::bthd;
+  args.q = L.q16.data(), args.k = L.k16.data(), args.v = L.v16.data();
+  args.o = L.o16.data(), args.lse = L.lse.data();
+  args.o_residual = L.o_residual16.empty() ? nullptr : L.o_residual16.data();
+  return args;
+}
 }  // namespace
 
 template <class T>
@@ -289,13 +303,7 @@ void Gpt2<T>::forward_attention(int l, Activations& a, int batch, int len) {
         L.k16[n * C + c] = bf16::from_float(row[C + c]);
         L.v16[n * C + c] = bf16::from_float(row[2 * C + c]);
       }
-    attention::ForwardArgs args;
-    args.shape = {batch, H, len, len, D};
-    args.layout = attention::Layout::bthd;
-    args.q = L.q16.data(), args.k = L.k16.data(), args.v = L.v16.data();
-    args.o = L.o16.data(), args.lse = L.lse.data();
-    args.o_residual = L.o_residual16.empty() ? nullptr : L.o_residual16.data();
-    attention::attention_forward(args, attention_[l].options);
+    attention::attention_forward(fused_args<attention::ForwardArgs>(L, batch, H, len, D), attention_[l].options);
     for (Index i = 0; i < N * C; ++i) L.atty[i] = L.o16[i].to_float();
   }
 }
@@ -313,12 +321,7 @@ void Gpt2<T>::backward_attention(int l, Activations& a, int batch, int len, cons
     ensure(a.d_o16, std::size_t(N * C));
     ensure(a.dq16, std::size_t(N * C)), ensure(a.dk16, std::size_t(N * C)), ensure(a.dv16, std::size_t(N * C));
     for (Index i = 0; i < N * C; ++i) a.d_o16[i] = bf16::from_float(d_out[i]);
-    attention::BackwardArgs args;
-    args.shape = {batch, H, len, len, D};
-    args.layout = attention::Layout::bthd;
-    args.q = L.q16.data(), args.k = L.k16.data(), args.v = L.v16.data();
-    args.o = L.o16.data(), args.lse = L.lse.data();
-    args.o_residual = L.o_residual16.empty() ? nullptr : L.o_residual16.data();
+    auto args = fused_args<attention::BackwardArgs>(L, batch, H, len, D);
     args.d_o = a.d_o16.data();
     args.dq = a.dq16.data(), args.dk = a.dk16.data(), args.dv = a.dv16.data();
     attention::attention_backward(args, attention_[l].options);
