@@ -108,8 +108,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   const int b = blockIdx.z, h = blockIdx.y, m0 = (p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * kRows;
   // Every consumer walks the keys of the CTA's last row: causal steps past an earlier consumer's
   // rows are masked out whole (at most 64 (kConsumers - 1) keys' worth, on the diagonal only).
-  const int n_keys = max(0, last_key(min(m0 + kRows, p.q_len) - 1, p.q_len, p.k_len, p.causal != 0) + 1);
-  const int total = (n_keys + BK - 1) / BK;
+  const int total = (cta_keys<kRows, BK, false>(p, m0).n_keys + BK - 1) / BK;
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < C; ++i) mbar_init(feed.bars.q(i), 1);
