@@ -92,6 +92,7 @@ struct Gpt2<T>::Activations {
   // Backward scratch.
   std::vector<T> d_res, d_tmp, d_big, d_big2, d_qkv;   // [N, C], [N, C], [N, 4C], [N, 4C], [N, 3C]
   std::vector<bf16> d_o16, dq16, dk16, dv16;           // [N, C] flash backward
+  std::vector<T> bf16_x, bf16_w, bf16_b;               // autocast emulation: BF16-rounded operand copies
 };
 
 template <class T>
@@ -154,11 +155,12 @@ const ParamTensor& Gpt2<T>::tensor(std::string_view name) const {
 }
 
 template <class T>
-void Gpt2<T>::init_weights(std::uint64_t seed) {
-  const double residual_std = config_.init_std / std::sqrt(2.0 * config_.n_layer);
-  for (std::size_t i = 0; i < tensors_.size(); ++i) {
-    const ParamTensor& t = tensors_[i];
-    T* p = params_.data() + t.offset;
+void init_parameters(const Gpt2Config& config, const std::vector<ParamTensor>& tensors, std::uint64_t seed, std::span<T> params) {
+  const double residual_std = config.init_std / std::sqrt(2.0 * config.n_layer);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const ParamTensor& t = tensors[i];
+    if (t.offset + t.size > std::int64_t(params.size())) throw std::invalid_argument("init_parameters: buffer smaller than the layout");
+    T* p = params.data() + t.offset;
     const bool is_weight = t.name.ends_with(".weight");
     if (t.role == ParamRole::vector) {
       // LayerNorm weights start at 1, every bias at 0.
@@ -166,10 +168,58 @@ void Gpt2<T>::init_weights(std::uint64_t seed) {
       continue;
     }
     const bool residual_projection = t.name.ends_with("attn.c_proj.weight") || t.name.ends_with("mlp.c_proj.weight");
-    const double std = residual_projection ? residual_std : config_.init_std;
+    const double std = residual_projection ? residual_std : config.init_std;
     SplitMix64 rng(seed, /*stream=*/i);
     for (std::int64_t k = 0; k < t.size; ++k) p[k] = T(std * rng.normal());
   }
+}
+
+template <class T>
+void Gpt2<T>::init_weights(std::uint64_t seed) {
+  init_parameters<T>(config_, tensors_, seed, params_);
+}
+
+namespace {
+template <class T>
+void round_to_bf16(T* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = T(bf16::from_float(float(x[i])).to_float());
+}
+// A BF16-rounded copy of x[0, n) in `buf` (or nullptr for a null x).
+template <class T>
+const T* bf16_copy(std::vector<T>& buf, const T* x, std::int64_t n) {
+  if (!x) return nullptr;
+  buf.assign(x, x + n);
+  round_to_bf16(buf.data(), n);
+  return buf.data();
+}
+}  // namespace
+
+template <class T>
+void Gpt2<T>::set_bf16_autocast(bool on) {
+  if (on && !std::is_same_v<T, float>) throw std::invalid_argument("BF16 autocast emulation needs the FP32 model");
+  if (!acts_) acts_ = std::make_unique<Activations>();
+  bf16_autocast_ = on;
+}
+
+template <class T>
+void Gpt2<T>::linear(T* out, const T* x, const T* w, const T* b, std::int64_t n, int in, int out_features) {
+  if (!bf16_autocast_) return layers::linear_forward(out, x, w, b, n, in, out_features);
+  Activations& a = *acts_;
+  layers::linear_forward(out, bf16_copy(a.bf16_x, x, n * in), bf16_copy(a.bf16_w, w, std::int64_t(in) * out_features),
+                         bf16_copy(a.bf16_b, b, out_features), n, in, out_features);
+  round_to_bf16(out, n * out_features);
+}
+
+// Every caller zeroes dx first, so rounding dx in place rounds this product alone.
+template <class T>
+void Gpt2<T>::linear_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, std::int64_t n, int in, int out_features) {
+  if (!bf16_autocast_) return layers::linear_backward(dx, dw, db, dout, x, w, n, in, out_features);
+  Activations& a = *acts_;
+  std::vector<T> dout16(dout, dout + n * out_features);
+  round_to_bf16(dout16.data(), n * out_features);
+  layers::linear_backward(dx, dw, db, dout16.data(), bf16_copy(a.bf16_x, x, n * in), bf16_copy(a.bf16_w, w, std::int64_t(in) * out_features),
+                          n, in, out_features);
+  round_to_bf16(dx, n * in);
 }
 
 template <class T>
@@ -265,21 +315,28 @@ T Gpt2<T>::forward(std::span<const int> tokens, std::span<const int> targets, in
     auto& L = a.layer[l];
     const LayerIndex& ix = layer_index_[l];
     layers::layernorm_forward(L.ln1.data(), L.ln1_mean.data(), L.ln1_rstd.data(), x, opt(ix.ln1_w), opt(ix.ln1_b), N, C, eps);
-    layers::linear_forward(L.qkv.data(), L.ln1.data(), opt(ix.qkv_w), opt(ix.qkv_b), N, C, 3 * C);
+    linear(L.qkv.data(), L.ln1.data(), opt(ix.qkv_w), opt(ix.qkv_b), N, C, 3 * C);
     forward_attention(l, a, batch, len);
     // res2 = x + atty * W_proj (+ b)
-    layers::linear_forward(L.res2.data(), L.atty.data(), opt(ix.attproj_w), opt(ix.attproj_b), N, C, C);
+    linear(L.res2.data(), L.atty.data(), opt(ix.attproj_w), opt(ix.attproj_b), N, C, C);
     for (Index i = 0; i < N * C; ++i) L.res2[i] += x[i];
     layers::layernorm_forward(L.ln2.data(), L.ln2_mean.data(), L.ln2_rstd.data(), L.res2.data(), opt(ix.ln2_w), opt(ix.ln2_b), N, C, eps);
-    layers::linear_forward(L.fch.data(), L.ln2.data(), opt(ix.fc_w), opt(ix.fc_b), N, C, 4 * C);
+    linear(L.fch.data(), L.ln2.data(), opt(ix.fc_w), opt(ix.fc_b), N, C, 4 * C);
     layers::gelu_forward(L.fch_gelu.data(), L.fch.data(), 4 * N * C);
-    layers::linear_forward(L.res3.data(), L.fch_gelu.data(), opt(ix.fcproj_w), opt(ix.fcproj_b), N, 4 * C, C);
+    if (bf16_autocast_) round_to_bf16(L.fch_gelu.data(), 4 * N * C);
+    linear(L.res3.data(), L.fch_gelu.data(), opt(ix.fcproj_w), opt(ix.fcproj_b), N, 4 * C, C);
     for (Index i = 0; i < N * C; ++i) L.res3[i] += L.res2[i];
     x = L.res3.data();
   }
   layers::layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, opt(lnf_w_), opt(lnf_b_), N, C, eps);
   // Tied head: logits [N, Vp] = lnf [N, C] * wte^T.
-  gemm<T>(Trans::no, Trans::yes, int(N), Vp, C, a.lnf.data(), C, param(wte_), C, a.logits.data(), Vp, /*accumulate=*/false);
+  if (bf16_autocast_) {
+    gemm<T>(Trans::no, Trans::yes, int(N), Vp, C, bf16_copy(a.bf16_x, a.lnf.data(), N * C), C, bf16_copy(a.bf16_w, param(wte_), std::int64_t(Vp) * C),
+            C, a.logits.data(), Vp, /*accumulate=*/false);
+    round_to_bf16(a.logits.data(), N * Vp);
+  } else {
+    gemm<T>(Trans::no, Trans::yes, int(N), Vp, C, a.lnf.data(), C, param(wte_), C, a.logits.data(), Vp, /*accumulate=*/false);
+  }
   if (!a.has_targets) return T(0);
   return layers::softmax_cross_entropy_forward(a.logits.data(), a.losses.data(), a.targets.data(), N, Vp);
 }
@@ -351,8 +408,16 @@ void Gpt2<T>::backward(T loss_scale) {
   // Loss and tied head. logits holds the probabilities; they become d loss / d logits in place.
   layers::softmax_cross_entropy_backward(a.logits.data(), a.targets.data(), N, Vp, loss_scale);
   zero(a.d_tmp, nc);
-  gemm<T>(Trans::no, Trans::no, int(N), C, Vp, a.logits.data(), Vp, param(wte_), C, a.d_tmp.data(), C, true);      // d lnf [N, C]
-  gemm<T>(Trans::yes, Trans::no, Vp, C, int(N), a.logits.data(), Vp, a.lnf.data(), C, grad(wte_), C, true);         // d wte [Vp, C]
+  const T* head_w = param(wte_);
+  const T* head_x = a.lnf.data();
+  if (bf16_autocast_) {  // BF16 logit gradient and operands; d lnf rounded like any matmul output
+    round_to_bf16(a.logits.data(), N * Vp);
+    head_w = bf16_copy(a.bf16_w, head_w, std::int64_t(Vp) * C);
+    head_x = bf16_copy(a.bf16_x, head_x, N * C);
+  }
+  gemm<T>(Trans::no, Trans::no, int(N), C, Vp, a.logits.data(), Vp, head_w, C, a.d_tmp.data(), C, true);      // d lnf [N, C]
+  gemm<T>(Trans::yes, Trans::no, Vp, C, int(N), a.logits.data(), Vp, head_x, C, grad(wte_), C, true);         // d wte [Vp, C]
+  if (bf16_autocast_) round_to_bf16(a.d_tmp.data(), N * C);
   zero(a.d_res, nc);
   const T* x_last = config_.n_layer ? a.layer.back().res3.data() : a.encoded.data();
   layers::layernorm_backward(a.d_res.data(), grad(lnf_w_), gopt(lnf_b_), a.d_tmp.data(), x_last, opt(lnf_w_), a.lnf_mean.data(),
@@ -365,19 +430,20 @@ void Gpt2<T>::backward(T loss_scale) {
     const T* x = l == 0 ? a.encoded.data() : a.layer[l - 1].res3.data();
     // MLP: res3 = res2 + gelu(ln2 W_fc) W_proj
     zero(a.d_big, 4 * nc);
-    layers::linear_backward(a.d_big.data(), grad(ix.fcproj_w), gopt(ix.fcproj_b), a.d_res.data(), L.fch_gelu.data(), opt(ix.fcproj_w), N, 4 * C, C);
+    linear_backward(a.d_big.data(), grad(ix.fcproj_w), gopt(ix.fcproj_b), a.d_res.data(), L.fch_gelu.data(), opt(ix.fcproj_w), N, 4 * C, C);
     zero(a.d_big2, 4 * nc);
     layers::gelu_backward(a.d_big2.data(), L.fch.data(), a.d_big.data(), 4 * N * C);
+    if (bf16_autocast_) round_to_bf16(a.d_big2.data(), 4 * N * C);
     zero(a.d_tmp, nc);
-    layers::linear_backward(a.d_tmp.data(), grad(ix.fc_w), gopt(ix.fc_b), a.d_big2.data(), L.ln2.data(), opt(ix.fc_w), N, C, 4 * C);
+    linear_backward(a.d_tmp.data(), grad(ix.fc_w), gopt(ix.fc_b), a.d_big2.data(), L.ln2.data(), opt(ix.fc_w), N, C, 4 * C);
     layers::layernorm_backward(a.d_res.data(), grad(ix.ln2_w), gopt(ix.ln2_b), a.d_tmp.data(), L.res2.data(), opt(ix.ln2_w),
                                L.ln2_mean.data(), L.ln2_rstd.data(), N, C);
     // Attention: res2 = x + attn(ln1 W_qkv) W_proj
     zero(a.d_tmp, nc);
-    layers::linear_backward(a.d_tmp.data(), grad(ix.attproj_w), gopt(ix.attproj_b), a.d_res.data(), L.atty.data(), opt(ix.attproj_w), N, C, C);
+    linear_backward(a.d_tmp.data(), grad(ix.attproj_w), gopt(ix.attproj_b), a.d_res.data(), L.atty.data(), opt(ix.attproj_w), N, C, C);
     backward_attention(l, a, batch, len, a.d_tmp.data(), a.d_qkv.data());
     zero(a.d_tmp, nc);
-    layers::linear_backward(a.d_tmp.data(), grad(ix.qkv_w), gopt(ix.qkv_b), a.d_qkv.data(), L.ln1.data(), opt(ix.qkv_w), N, C, 3 * C);
+    linear_backward(a.d_tmp.data(), grad(ix.qkv_w), gopt(ix.qkv_b), a.d_qkv.data(), L.ln1.data(), opt(ix.qkv_w), N, C, 3 * C);
     layers::layernorm_backward(a.d_res.data(), grad(ix.ln1_w), gopt(ix.ln1_b), a.d_tmp.data(), x, opt(ix.ln1_w), L.ln1_mean.data(),
                                L.ln1_rstd.data(), N, C);
   }
@@ -387,6 +453,8 @@ void Gpt2<T>::backward(T loss_scale) {
   a.targets.clear();
 }
 
+template void init_parameters<float>(const Gpt2Config&, const std::vector<ParamTensor>&, std::uint64_t, std::span<float>);
+template void init_parameters<double>(const Gpt2Config&, const std::vector<ParamTensor>&, std::uint64_t, std::span<double>);
 template class Gpt2<float>;
 template class Gpt2<double>;
 

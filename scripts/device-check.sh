@@ -5,8 +5,12 @@
 # ratios. Logs and JSON go to $OUT (default /tmp/stableflash-device).
 #
 #   here (no GPU):   scripts/device-check.sh pack     # copies the CUDA build's binaries to build-cuda/devbin
-#                                                     # and the peer scripts to .peers
+#                                                     # (and build-cuda/devbin.tar.xz, what travels) and
+#                                                     # the peer scripts to .peers
 #   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-audit] [--skip-peer-values] [--skip-bench]
+#                                              [--skip-train] [--train-only]
+# The trainer part: the model, optimizer and trainer GPU tests, then `stableflash bench train` beside
+# the PyTorch GPT-2 peer (torch_peers.py gpt2, compiled, no biases) with the ratio.
 #
 # The binaries come from a CUDA build (cmake -S . -B build-cuda -DSTABLEFLASH_CUDA=ON; ninja -C build-cuda),
 # so the GPU machine compiles nothing.
@@ -17,21 +21,27 @@ PEERS=${STABLEFLASH_PEERS:-.peers}
 
 if [ "${1:-}" = "pack" ]; then
   mkdir -p "$BIN" "$PEERS"
-  cp build-cuda/stableflash build-cuda/tests/attention_gpu/attention_gpu_tests "$BIN"/
-  strip "$BIN"/stableflash "$BIN"/attention_gpu_tests 2>/dev/null || true
-  # shared libraries the GPU image may lack (CUDA runtime, toml++, pcre2, zstd, OpenMP); the C and
-  # C++ runtimes there are newer than ours and stay the system's
-  for bin in build-cuda/stableflash build-cuda/tests/attention_gpu/attention_gpu_tests; do
+  bins="build-cuda/stableflash build-cuda/tests/attention_gpu/attention_gpu_tests build-cuda/tests/model_gpu/model_gpu_tests
+        build-cuda/tests/optim_gpu/optim_gpu_tests build-cuda/tests/train_gpu/train_gpu_tests"
+  cp $bins "$BIN"/
+  for b in $bins; do strip "$BIN/$(basename "$b")" 2>/dev/null || true; done
+  # shared libraries the GPU image may lack (CUDA runtime, cuBLASLt, toml++, pcre2, zstd, OpenMP); the
+  # C and C++ runtimes there are newer than ours and stay the system's
+  for bin in $bins; do
     ldd "$bin" | awk '$3 ~ /^\// {print $3}' |
       grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' |
+      grep -vE '/lib(cublas|cublasLt|nccl)\.so' |  # hundreds of MB; the GPU image has its own (CUDA 13)
       while read -r lib; do cp -L "$lib" "$BIN"/; done
   done
   cp ../shared/peers/*.py "$PEERS"/
-  du -sh "$BIN" "$PEERS"
+  # One archive to carry: the binaries share most of their bytes (the attention kernels), which xz
+  # finds (about 18 MB for five binaries of 23 MB each).
+  tar -C "$BIN" -cf - . | xz -6 >"$BIN.tar.xz"
+  du -sh "$BIN" "$BIN.tar.xz" "$PEERS"
   exit 0
 fi
 
-quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1
+quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1 train=1
 for a in "$@"; do
   case "$a" in
     --quick) quick=1 ;;
@@ -40,12 +50,19 @@ for a in "$@"; do
     --skip-bench) bench=0 ;;
     --skip-audit) audit=0 ;;
     --skip-peer-values) peer_values=0 ;;
+    --skip-train) train=0 ;;
+    --train-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
 done
+if [ ! -d "$BIN" ] && [ -f "$BIN.tar.xz" ]; then
+  mkdir -p "$BIN" && tar -C "$BIN" -xJf "$BIN.tar.xz" || { echo "cannot unpack $BIN.tar.xz" >&2; exit 2; }
+fi
 OUT=${OUT:-/tmp/stableflash-device}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cuBLASLt and NCCL come from the GPU image: its CUDA toolkit, or the nvidia-* wheels beside PyTorch
+image_libs=$(python3 -c 'import nvidia, os; r = os.path.dirname(nvidia.__path__[0]); print(":".join(os.path.join(r, "nvidia", d, "lib") for d in ("cublas", "nccl", "cu13")))' 2>/dev/null)
+export LD_LIBRARY_PATH="$PWD/$BIN:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export SF_BIN="$PWD/$BIN" SF_PEERS="$PWD/$PEERS"
 status=0
 step() { echo; echo "=== $* ($(date +%T))"; }
@@ -214,6 +231,39 @@ for o in ours:
           f"{o['delta_source']} | {o['fwd_tflops']:.0f} | {o['bwd_tflops']:.0f} | {v(f, 'fwd_tflops')} | {v(f, 'bwd_tflops')} | "
           f"{r(o['fwd_tflops'], f, 'fwd_tflops')} | {r(o['bwd_tflops'], f, 'bwd_tflops')} | {v(c, 'fwd_tflops')} | "
           f"{v(c, 'bwd_tflops')} | {r(o['fwd_tflops'], c, 'fwd_tflops')} | {r(o['bwd_tflops'], c, 'bwd_tflops')} | {o['check']} |")
+EOF
+fi
+
+if [ $train = 1 ]; then
+  for suite in model_gpu_tests optim_gpu_tests train_gpu_tests; do
+    step "GPU tests: $suite"
+    timeout 300 "$BIN/$suite" --gtest_brief=1 >"$OUT/$suite.log" 2>&1
+    rc=$?
+    grep -E "^\[  (PASSED|FAILED)|FAILED|tests ran|golden" "$OUT/$suite.log" | tail -30
+    [ $rc = 0 ] || { echo "$suite: exit $rc"; tail -30 "$OUT/$suite.log"; status=1; }
+  done
+
+  step "benchmark: training GPT-2 124M, B 16, T 1024 (ours, then the PyTorch peer)"
+  : >"$OUT/train-bench.jsonl"
+  for det in true false; do
+    "$BIN"/stableflash bench train --preset gpt2-124m --device cuda --set train.grad_accum=1 --set train.deterministic=$det \
+      --json "$OUT/train-bench.jsonl" || status=1
+  done
+  PYTHONUNBUFFERED=1 python3 "$PEERS"/torch_peers.py gpt2 --B 16 --T 1024 --steps 30 --no-bias 2>>"$OUT/peers.err" | tail -1 \
+    >"$OUT/train-peer.json" || status=1
+  cat "$OUT/train-peer.json"
+  python3 - "$OUT/train-bench.jsonl" "$OUT/train-peer.json" <<'EOF' | tee "$OUT/train-table.md"
+import json, sys
+ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+peer = json.loads(open(sys.argv[2]).read())
+print("| GPT-2 124M, B 16, T 1024 | ms/step | tokens/s | peak GiB | MFU | tokens/s vs peer | memory vs peer |")
+print("|---|---|---|---|---|---|---|")
+for o in ours:
+    print(f"| stableflash (deterministic={o['deterministic']}) | {o['ms_per_step']:.2f} | {o['tokens_per_s']:.0f} | "
+          f"{o['peak_mem_gib']:.2f} | {100 * o['mfu']:.1f}% | {o['tokens_per_s'] / peer['tokens_per_s']:.3f}x | "
+          f"{o['peak_mem_gib'] / peer['peak_mem_gib']:.2f}x |")
+print(f"| PyTorch (compile={peer['compile']}, sdpa {peer['sdpa']}, bias={peer['bias']}) | {peer['ms_per_step']:.2f} | "
+      f"{peer['tokens_per_s']:.0f} | {peer['peak_mem_gib']:.2f} | | 1.000x | 1.00x |")
 EOF
 fi
 

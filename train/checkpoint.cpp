@@ -109,6 +109,19 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
 
 std::string save_checkpoint(const std::string& run_dir, const TrainConfig& config, const model::Gpt2<float>& model,
                             const optim::Optimizer<float>& optimizer, const TrainerState& state) {
+  TrainingSnapshot snap;
+  snap.model_config = &model.config();
+  snap.tensors = &model.tensors();
+  snap.params = model.params();
+  snap.optimizer = optimizer.config().kind;
+  snap.steps_taken = optimizer.steps_taken();
+  snap.first_moment = optimizer.first_moment();
+  snap.second_moment = optimizer.second_moment();
+  return save_checkpoint(run_dir, config, snap, state);
+}
+
+std::string save_checkpoint(const std::string& run_dir, const TrainConfig& config, const TrainingSnapshot& snap,
+                            const TrainerState& state) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   fs::create_directories(root);
   const std::string name = step_dir_name(state.step);
@@ -119,22 +132,22 @@ std::string save_checkpoint(const std::string& run_dir, const TrainConfig& confi
 
   SafetensorsFile weights;
   weights.metadata["format"] = "pt";  // transformers checks this
-  const auto params = model.params();
-  for (const auto& t : model.tensors())
+  const auto params = snap.params;
+  for (const auto& t : *snap.tensors)
     weights.tensors[t.name] = Tensor::from<float>(DType::f32, t.shape, params.subspan(std::size_t(t.offset), std::size_t(t.size)));
-  for (const auto& [bias_name, shape] : absent_biases(model.config())) {
+  for (const auto& [bias_name, shape] : absent_biases(*snap.model_config)) {
     const std::vector<float> zeros(static_cast<std::size_t>(shape[0]), 0.0f);
     weights.tensors[bias_name] = Tensor::from<float>(DType::f32, shape, std::span<const float>(zeros));
   }
   weights.write((tmp / "model.safetensors").string());
-  write_text((tmp / "config.json").string(), hf_config(model.config()));
+  write_text((tmp / "config.json").string(), hf_config(*snap.model_config));
 
   SafetensorsFile opt;
-  const std::int64_t n = model.parameter_count();
-  opt.tensors["first_moment"] = Tensor::from<float>(DType::f32, {n}, optimizer.first_moment());
-  opt.tensors["second_moment"] = Tensor::from<float>(DType::f32, {n}, optimizer.second_moment());
-  opt.metadata["optimizer"] = std::string(optim::to_string(optimizer.config().kind));
-  opt.metadata["steps_taken"] = std::to_string(optimizer.steps_taken());
+  const std::int64_t n = std::int64_t(params.size());
+  opt.tensors["first_moment"] = Tensor::from<float>(DType::f32, {n}, snap.first_moment);
+  opt.tensors["second_moment"] = Tensor::from<float>(DType::f32, {n}, snap.second_moment);
+  opt.metadata["optimizer"] = std::string(optim::to_string(snap.optimizer));
+  opt.metadata["steps_taken"] = std::to_string(snap.steps_taken);
   opt.write((tmp / "optimizer.safetensors").string());
 
   nlohmann::ordered_json st;
@@ -205,21 +218,23 @@ Checkpoint open_checkpoint(const std::string& dir) {
   return c;
 }
 
-void load_weights(const Checkpoint& ckpt, model::Gpt2<float>& model) {
+void load_weights(const Checkpoint& ckpt, model::Gpt2<float>& model) { load_weights(ckpt, model.tensors(), model.params()); }
+
+void load_weights(const Checkpoint& ckpt, const std::vector<model::ParamTensor>& tensors, std::span<float> params) {
   const std::string path = ckpt.dir + "/model.safetensors";
   const SafetensorsFile f = SafetensorsFile::read(path);
-  auto params = model.params();
-  for (const auto& t : model.tensors()) {
+  for (const auto& t : tensors) {
     const Tensor* x = f.find(t.name);
     if (!x) throw std::runtime_error(path + ": missing tensor " + t.name + " (a checkpoint of another model config?)");
     if (x->dtype != DType::f32 || x->shape != t.shape)
       throw std::runtime_error(path + ": tensor " + t.name + " has another dtype or shape than this model's (a checkpoint of another model config?)");
+    if (t.offset + t.size > std::int64_t(params.size())) throw std::invalid_argument("load_weights: buffer smaller than the layout");
     const auto v = x->as<float>();
     std::copy(v.begin(), v.end(), params.begin() + t.offset);
   }
 }
 
-void load_optimizer(const Checkpoint& ckpt, optim::Optimizer<float>& optimizer) {
+OptimizerState read_optimizer_state(const Checkpoint& ckpt, std::int64_t parameter_count) {
   const std::string path = ckpt.dir + "/optimizer.safetensors";
   const SafetensorsFile f = SafetensorsFile::read(path);
   const Tensor* m = f.find("first_moment");
@@ -227,11 +242,25 @@ void load_optimizer(const Checkpoint& ckpt, optim::Optimizer<float>& optimizer) 
   if (!m || !v || m->dtype != DType::f32 || v->dtype != DType::f32) throw std::runtime_error(path + ": missing F32 first_moment/second_moment");
   const auto it = f.metadata.find("steps_taken");
   if (it == f.metadata.end()) throw std::runtime_error(path + ": metadata lacks steps_taken");
+  OptimizerState st;
   try {
-    optimizer.load_state(std::stoll(it->second), m->as<float>(), v->as<float>());
-  } catch (const std::exception& e) {
-    throw std::runtime_error(path + ": " + e.what());
+    st.steps_taken = std::stoll(it->second);
+  } catch (const std::exception&) {
+    throw std::runtime_error(path + ": steps_taken '" + it->second + "' is not an integer");
   }
+  const auto first = m->as<float>(), second = v->as<float>();
+  if (std::int64_t(first.size()) != parameter_count || std::int64_t(second.size()) != parameter_count)
+    throw std::runtime_error(path + ": optimizer state holds " + std::to_string(first.size()) + " values, the model has " +
+                             std::to_string(parameter_count) + " parameters");
+  if (st.steps_taken < 0) throw std::runtime_error(path + ": negative step count");
+  st.first_moment.assign(first.begin(), first.end());
+  st.second_moment.assign(second.begin(), second.end());
+  return st;
+}
+
+void load_optimizer(const Checkpoint& ckpt, optim::Optimizer<float>& optimizer) {
+  const OptimizerState st = read_optimizer_state(ckpt, std::int64_t(optimizer.first_moment().size()));
+  optimizer.load_state(st.steps_taken, st.first_moment, st.second_moment);
 }
 
 }  // namespace stableflash::train

@@ -118,6 +118,7 @@ const std::vector<Key>& keys() {
       SF_KEY("train.val_batches", train.val_batches),
       SF_KEY("train.checkpoint_every", train.checkpoint_every),
       SF_KEY("train.keep_checkpoints", train.keep_checkpoints),
+      SF_KEY("train.deterministic", train.deterministic),
       SF_KEY("data.dir", data.dir),
       SF_KEY("data.train_split", data.train_split),
       SF_KEY("data.val_split", data.val_split),
@@ -431,9 +432,10 @@ TrainConfig from_json(const std::string& text, const std::string& source) {
 }
 
 std::vector<std::string> resume_mismatches(const TrainConfig& ckpt, const TrainConfig& run) {
-  // Keys that may change on resume: how far to go, how often to report and save, where data lives.
+  // Keys that may change on resume: how far to go, how often to report and save, where data lives,
+  // and whether the GPU reduces in a fixed order (same math, other summation order).
   static const std::vector<std::string> free_keys = {"train.steps", "train.val_every", "train.val_batches", "train.checkpoint_every",
-                                                     "train.keep_checkpoints", "data.dir"};
+                                                     "train.keep_checkpoints", "train.deterministic", "data.dir"};
   std::map<std::string, std::string> a, b;
   for (const auto& [k, v] : ckpt.entries()) a[k] = v;
   for (const auto& [k, v] : run.entries()) b[k] = v;

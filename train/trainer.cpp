@@ -1,4 +1,4 @@
-// The CPU training loop (see trainer.hpp).
+// The training loop (see trainer.hpp), written once against TrainingEngine (engine.hpp).
 #include "stableflash/train/trainer.hpp"
 
 #include <unistd.h>
@@ -8,10 +8,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 
+#include "engine.hpp"
 #include "stableflash/data/atomic_file.hpp"
 #include "stableflash/data/shards.hpp"
-#include "stableflash/model/gpt2.hpp"
 #include "stableflash/optim/optimizer.hpp"
 #include "stableflash/train/checkpoint.hpp"
 #include "stableflash/train/progress.hpp"
@@ -62,6 +63,18 @@ void fill_batch(const data::ShardSet& set, const std::vector<data::WindowStart>&
   }
 }
 
+// The token windows of one optimizer step: `micro` micro-batches of [B, T] inputs and targets.
+struct StepBatch {
+  std::vector<data::WindowStart> windows;
+  std::vector<std::vector<int>> inputs, targets;
+};
+
+std::unique_ptr<TrainingEngine> make_engine(const TrainConfig& config, const TrainOptions& options) {
+  const bool cuda = options.device == TrainDevice::cuda || (options.device == TrainDevice::automatic && cuda_training_available());
+  if (cuda && options.cpu_bf16_autocast) throw std::invalid_argument("BF16 autocast emulation is a CPU option");
+  return cuda ? make_cuda_engine(config, options.gpu) : make_cpu_engine(config, options.cpu_bf16_autocast);
+}
+
 }  // namespace
 
 std::uint64_t data_seed(std::uint64_t seed) { return seed ^ kDataSalt; }
@@ -82,8 +95,8 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
   header.windows_per_step = windows_per_step;
   header.window_tokens = T + 1;
 
-  model::Gpt2<float> model(config.model, config.layer_attention());
-  optim::Optimizer<float> optimizer(config.optim, model.tensors());
+  const auto engine = make_engine(config, options);
+  if (options.progress) std::fprintf(stderr, "  device: %s\n", engine->describe().c_str());
   TrainerState state;
   std::string last_checkpoint;
   if (options.resume) {
@@ -107,14 +120,13 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
       for (const auto& m : mismatches) msg += "\n  " + m;
       throw std::runtime_error(msg);
     }
-    load_weights(ckpt, model);
-    load_optimizer(ckpt, optimizer);
+    engine->load(ckpt);
     state = ckpt.state;
     last_checkpoint = ckpt.dir;
   } else {
     if (fs::exists(fs::path(options.run_dir) / "checkpoints" / "latest"))
       throw std::runtime_error(options.run_dir + " already holds a run with checkpoints; continue it with --resume or choose another --run-dir");
-    model.init_weights(ts.seed);
+    engine->init_weights(ts.seed);
   }
   if (!options.replay_log.empty()) state.replay_log = fs::absolute(options.replay_log).string();
   std::optional<BatchLog> replay;
@@ -147,39 +159,46 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
   }
   std::vector<int> inputs, targets;
   auto validate_loss = [&]() {
-    double sum = 0;
     for (int k = 0; k < ts.val_batches; ++k) {
       fill_batch(*val_set, val_windows, std::size_t(k) * B, B, T, inputs, targets);
-      sum += double(model.forward(inputs, targets, B, T));
+      engine->eval_micro_batch(inputs, targets, B, T);
     }
-    return sum / ts.val_batches;
+    return engine->take_loss_sum() / ts.val_batches;
+  };
+  // The windows and tokens of a step: from the replayed log or drawn from the step's own stream.
+  auto load_step = [&](std::int64_t step) {
+    StepBatch b;
+    if (replay) {
+      b.windows = replay->steps[std::size_t(step)];
+    } else {
+      SplitMix64 rng(data_seed(ts.seed), std::uint64_t(step));
+      for (int i = 0; i < windows_per_step; ++i) b.windows.push_back(train_set.sample(rng, std::size_t(T) + 1));
+    }
+    b.inputs.resize(std::size_t(ts.grad_accum)), b.targets.resize(std::size_t(ts.grad_accum));
+    for (int micro = 0; micro < ts.grad_accum; ++micro)
+      fill_batch(train_set, b.windows, std::size_t(micro) * B, B, T, b.inputs[std::size_t(micro)], b.targets[std::size_t(micro)]);
+    return b;
   };
 
   Progress progress(options.progress, state.step, ts.steps, config.tokens_per_step());
   TrainResult result;
   result.last_checkpoint = last_checkpoint;
+  // On the GPU the next step's batch is read while this step's work runs (the host would
+  // otherwise leave the GPU idle between steps).
+  std::future<StepBatch> prefetched;
   for (std::int64_t step = state.step; step < ts.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<data::WindowStart> windows;
-    if (replay) {
-      windows = replay->steps[std::size_t(step)];
-    } else {
-      SplitMix64 rng(data_seed(ts.seed), std::uint64_t(step));
-      for (int i = 0; i < windows_per_step; ++i) windows.push_back(train_set.sample(rng, std::size_t(T) + 1));
-    }
-    batch_log.append(step, windows);
+    StepBatch batch = prefetched.valid() ? prefetched.get() : load_step(step);
+    batch_log.append(step, batch.windows);
 
-    model.zero_grad();
-    float loss_sum = 0;
-    for (int micro = 0; micro < ts.grad_accum; ++micro) {
-      fill_batch(train_set, windows, std::size_t(micro) * B, B, T, inputs, targets);
-      loss_sum += model.forward(inputs, targets, B, T);
-      model.backward(1.0f / float(ts.grad_accum));
-    }
+    engine->zero_grad();
+    for (int micro = 0; micro < ts.grad_accum; ++micro)
+      engine->train_micro_batch(batch.inputs[std::size_t(micro)], batch.targets[std::size_t(micro)], B, T, 1.0f / float(ts.grad_accum));
+    if (engine->asynchronous() && step + 1 < ts.steps) prefetched = std::async(std::launch::async, load_step, step + 1);
     StepMetrics m;
     m.step = step;
-    m.loss = loss_sum / float(ts.grad_accum);
-    m.grad_norm = optim::clip_grad_norm(model.grads(), config.optim.grad_clip);
+    m.loss = float(engine->take_loss_sum()) / float(ts.grad_accum);  // an FP32 value: metrics.jsonl's %.9g round-trips it
+    m.grad_norm = engine->clip_grad_norm(config.optim.grad_clip);
     if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {
       progress.finish();
       throw NonFiniteLoss(std::string(std::isfinite(m.loss) ? "gradient norm" : "loss") + " is " +
@@ -190,7 +209,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
                                                          std::to_string(state.step) + "); it is left as it was."));
     }
     m.lr = optim::learning_rate(config.optim, step);
-    optimizer.step(model.params(), model.grads(), m.lr);
+    engine->optimizer_step(m.lr);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     m.tokens_per_s = double(config.tokens_per_step()) / std::max(seconds, 1e-9);
     const bool last = step + 1 == ts.steps;
@@ -200,7 +219,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
     state.step = step + 1;
     state.last_loss = m.loss;
     if (last || (ts.checkpoint_every > 0 && (step + 1) % ts.checkpoint_every == 0)) {
-      last_checkpoint = save_checkpoint(run, config, model, optimizer, state);
+      last_checkpoint = save_checkpoint(run, config, engine->snapshot(), state);
       result.last_checkpoint = last_checkpoint;
     }
     progress.update(m);

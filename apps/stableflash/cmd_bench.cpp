@@ -11,6 +11,8 @@
 
 #include "commands.hpp"
 #include "stableflash/attention/cuda.hpp"
+#include "stableflash/train/bench.hpp"
+#include "stableflash/train/config.hpp"
 
 namespace stableflash::cli {
 namespace {
@@ -136,12 +138,57 @@ int run(const BenchCommand& c) {
   return failures ? 1 : 0;
 }
 
+struct BenchTrainCommand {
+  std::string preset = "gpt2-124m", config_file, device = "auto", json;
+  std::vector<std::string> sets;
+  train::BenchTrainOptions options;
+};
+
+int run_train(const BenchTrainCommand& c) {
+  train::ConfigSources sources;
+  sources.preset = c.preset;
+  sources.config_file = c.config_file;
+  sources.sets = c.sets;
+  const train::TrainConfig config = train::build_config(sources);
+  train::BenchTrainOptions o = c.options;
+  o.device = c.device == "cuda" ? train::TrainDevice::cuda : c.device == "cpu" ? train::TrainDevice::cpu : train::TrainDevice::automatic;
+  const train::BenchTrainResult r = train::bench_training(config, o);
+  std::printf("%s: %s, B %d x T %d x accumulation %d, %.1fM parameters: %.2f ms/step, %.0f tokens/s, peak memory %.2f GiB, "
+              "MFU %.1f%%, loss %.4f\n",
+              r.device.c_str(), config.preset.c_str(), config.train.batch_size, config.train.seq_len, config.train.grad_accum,
+              double(r.parameters) / 1e6, r.ms_per_step, r.tokens_per_s, r.peak_memory_gib, 100.0 * r.mfu, r.last_loss);
+  if (!c.json.empty()) {
+    std::ofstream out(c.json, std::ios::app);
+    if (!out) throw std::runtime_error(c.json + ": cannot open for appending");
+    char line[1024];
+    std::snprintf(line, sizeof line,
+                  "{\"bench\": \"train\", \"preset\": \"%s\", \"device\": \"%s\", \"B\": %d, \"T\": %d, \"grad_accum\": %d, "
+                  "\"deterministic\": %s, \"ms_per_step\": %.4f, \"tokens_per_s\": %.1f, \"peak_mem_gib\": %.3f, \"mfu\": %.4f, "
+                  "\"loss\": %.6f, \"parameters\": %lld, \"method\": \"median of 5 windows\"}\n",
+                  config.preset.c_str(), r.device.c_str(), config.train.batch_size, config.train.seq_len, config.train.grad_accum,
+                  config.train.deterministic ? "true" : "false", r.ms_per_step, r.tokens_per_s, r.peak_memory_gib, r.mfu, r.last_loss,
+                  static_cast<long long>(r.parameters));
+    out << line;
+  }
+  return 0;
+}
+
 }  // namespace
 
 Runner add_bench_command(CLI::App& app) {
   auto c = std::make_shared<BenchCommand>();
+  auto t = std::make_shared<BenchTrainCommand>();
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (CUDA)");
   bench->require_subcommand(1);
+  CLI::App* train_sub = bench->add_subcommand("train", "Training speed: ms/step, tokens/s, peak GPU memory and MFU on random tokens");
+  train_sub->add_option("--preset", t->preset, "Model and batch: tiny, gpt2-124m (default), gpt2-350m")->capture_default_str();
+  train_sub->add_option("--config", t->config_file, "TOML or JSON file of settings")->check(CLI::ExistingFile);
+  train_sub->add_option("--set", t->sets, "Override one key (as in `stableflash train`), e.g. --set train.grad_accum=1");
+  train_sub->add_option("--device", t->device, "cuda, cpu or auto")->check(CLI::IsMember({"auto", "cuda", "cpu"}))->capture_default_str();
+  train_sub->add_option("--steps", t->options.steps, "Timed steps (5 windows)")->capture_default_str();
+  train_sub->add_option("--warmup", t->options.warmup_steps, "Untimed steps first")->capture_default_str();
+  train_sub->add_option("--seed", t->options.seed, "Seed of the random tokens")->capture_default_str();
+  train_sub->add_option("--json", t->json, "Append one JSON object to this file");
   CLI::App* sub = bench->add_subcommand("attention", "TFLOP/s of the CUDA attention, forward and backward");
   sub->add_option("--shapes", c->shapes, "Comma-separated BxHxTxD:causal|full")->capture_default_str();
   sub->add_option("--numerics", c->numerics, "Comma-separated: fused, paper")->capture_default_str();
@@ -156,7 +203,7 @@ Runner add_bench_command(CLI::App& app) {
   sub->add_flag("--no-check", c->no_check, "Skip the oracle check");
   sub->add_option("--json", c->json, "Write one JSON object per measurement to this file");
   sub->add_option("--seed", c->seed, "Seed of the random inputs")->capture_default_str();
-  return [c] { return run(*c); };
+  return [c, t, train_sub] { return train_sub->parsed() ? run_train(*t) : run(*c); };
 }
 
 }  // namespace stableflash::cli

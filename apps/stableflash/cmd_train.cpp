@@ -15,7 +15,7 @@ namespace stableflash::cli {
 namespace {
 
 struct TrainCommand {
-  std::string preset, config_file, run_dir, replay;
+  std::string preset, config_file, run_dir, replay, device = "auto";
   std::vector<std::string> sets;
   long long steps = 0;
   bool resume = false, quiet = false, print_config = false;
@@ -72,6 +72,7 @@ int run(const TrainCommand& cmd) {
   options.resume = cmd.resume;
   options.replay_log = cmd.replay;
   options.progress = !cmd.quiet;
+  options.device = cmd.device == "cuda" ? train::TrainDevice::cuda : cmd.device == "cpu" ? train::TrainDevice::cpu : train::TrainDevice::automatic;
   const auto result = train::run_training(config, options);
   if (!result.steps.empty()) {
     const auto& last = result.steps.back();
@@ -88,12 +89,14 @@ int run(const TrainCommand& cmd) {
 
 Runner add_train_command(CLI::App& app) {
   auto cmd = std::make_shared<TrainCommand>();
-  auto* sub = app.add_subcommand("train", "Train GPT-2 on the CPU (tiny preset on the default corpus without arguments)");
+  auto* sub = app.add_subcommand("train", "Train GPT-2 on a GPU or the CPU (tiny preset on the default corpus without arguments)");
   sub->add_option("--preset", cmd->preset, "Starting point: tiny (default), gpt2-124m, gpt2-350m");
   sub->add_option("--config", cmd->config_file, "TOML or JSON file of settings (keys: docs/training.md)")->check(CLI::ExistingFile);
   sub->add_option("--set", cmd->sets, "Override one key, e.g. --set attention.layer.1.delta_source=rounded (repeatable)");
   sub->add_option("--steps", cmd->steps, "Train up to this many optimizer steps (train.steps)")->check(CLI::PositiveNumber);
   sub->add_option("--run-dir", cmd->run_dir, "Run directory (default runs/PRESET-DATE-TIME)");
+  sub->add_option("--device", cmd->device, "Where to train: cuda, cpu, or auto (the default: cuda when this build has it and a GPU is visible)")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   sub->add_flag("--resume", cmd->resume, "Continue the run in --run-dir from its latest checkpoint");
   sub->add_option("--replay", cmd->replay, "Train on exactly the windows of this batch log (RUN/batches.log of an earlier run)")
       ->check(CLI::ExistingFile);

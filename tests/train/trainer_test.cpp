@@ -30,6 +30,7 @@ using stableflash::testing::ScratchDir;
 TrainResult train(const TrainConfig& c, const std::string& run_dir, bool resume = false, const std::string& replay = "") {
   TrainOptions o;
   o.run_dir = run_dir, o.resume = resume, o.replay_log = replay, o.progress = false;
+  o.device = TrainDevice::cpu;  // the CPU path also where a GPU is visible
   return run_training(c, o);
 }
 

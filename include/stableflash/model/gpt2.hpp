@@ -60,6 +60,11 @@ struct ParamTensor {
 // The tensors of a config, in storage order (one flat buffer).
 std::vector<ParamTensor> parameter_layout(const Gpt2Config& config);
 
+// nanoGPT initialisation of a flat parameter buffer laid out as `tensors` (see Gpt2::init_weights);
+// the CPU and CUDA models start from the same values.
+template <class T>
+void init_parameters(const Gpt2Config& config, const std::vector<ParamTensor>& tensors, std::uint64_t seed, std::span<T> params);
+
 template <class T>
 class Gpt2 {
  public:
@@ -90,6 +95,12 @@ class Gpt2 {
   T forward(std::span<const int> tokens, std::span<const int> targets, int batch, int len);
   std::span<const T> logits() const;
 
+  // Emulates PyTorch's BF16 autocast (FP32 model only): every matmul reads BF16-rounded operands
+  // and its output is rounded to BF16, GELU runs on and returns BF16 values, the logits and their
+  // gradient are BF16; LayerNorm, embeddings, residual stream and weight gradients stay FP32.
+  // The honest naive BF16 implementation that the CUDA trainer's error is judged against.
+  void set_bf16_autocast(bool on);
+
   void zero_grad();
   // Adds d(loss_scale * mean loss)/d(params) into grads() (gradient accumulation: call once per
   // micro-batch with loss_scale = 1/accumulation_steps). Needs a forward with targets.
@@ -107,6 +118,10 @@ class Gpt2 {
   std::vector<ParamTensor> tensors_;
   std::vector<T> params_, grads_;
   std::unique_ptr<Activations> acts_;
+  bool bf16_autocast_ = false;
+  // The linear layers and the tied head, exact or with autocast's BF16 roundings.
+  void linear(T* out, const T* x, const T* w, const T* b, std::int64_t n, int in, int out_features);
+  void linear_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, std::int64_t n, int in, int out_features);
   // Index of each tensor of layer l (or -1 without biases), resolved once.
   struct LayerIndex {
     int ln1_w, ln1_b, qkv_w, qkv_b, attproj_w, attproj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,21 @@ struct TrainerState {
   double last_loss = 0.0;
 };
 
+// What a checkpoint holds, as host views: the CPU trainer's own buffers, or host copies of the
+// GPU's (the format does not depend on the device, so a run resumes on either).
+struct TrainingSnapshot {
+  const model::Gpt2Config* model_config = nullptr;
+  const std::vector<model::ParamTensor>* tensors = nullptr;
+  std::span<const float> params;  // flat, in `tensors` order
+  optim::OptimizerKind optimizer = optim::OptimizerKind::adamw;
+  std::int64_t steps_taken = 0;
+  std::span<const float> first_moment, second_moment;  // laid out like params
+};
+
 // Writes a checkpoint for `state.step` and returns its folder; prunes all but the newest
 // `config.train.keep_checkpoints`. Throws naming the path on failure (earlier checkpoints untouched).
+std::string save_checkpoint(const std::string& run_dir, const TrainConfig& config, const TrainingSnapshot& snapshot,
+                            const TrainerState& state);
 std::string save_checkpoint(const std::string& run_dir, const TrainConfig& config, const model::Gpt2<float>& model,
                             const optim::Optimizer<float>& optimizer, const TrainerState& state);
 
@@ -47,6 +61,13 @@ Checkpoint open_checkpoint(const std::string& dir);
 // Loads weights (and optimizer state) into objects built from the checkpoint's config.
 void load_weights(const Checkpoint& ckpt, model::Gpt2<float>& model);
 void load_optimizer(const Checkpoint& ckpt, optim::Optimizer<float>& optimizer);
+// The same into flat host buffers laid out as `tensors` (errors name the file and tensor).
+void load_weights(const Checkpoint& ckpt, const std::vector<model::ParamTensor>& tensors, std::span<float> params);
+struct OptimizerState {
+  std::int64_t steps_taken = 0;
+  std::vector<float> first_moment, second_moment;
+};
+OptimizerState read_optimizer_state(const Checkpoint& ckpt, std::int64_t parameter_count);
 
 // FNV-1a 64 of a file's bytes, as 16 hex digits.
 std::string file_checksum(const std::string& path);

@@ -33,6 +33,11 @@ struct TrainSettings {
   int val_batches = 4;             // micro-batches of held-out windows per validation
   std::int64_t checkpoint_every = 100;  // 0: only at the end
   int keep_checkpoints = 2;        // newest checkpoints kept in RUN/checkpoints
+  // GPU: the attention backward accumulates dQ in a fixed order too (every other GPU reduction
+  // always does), so a step's bits depend only on the weights and the batch: bitwise resume and
+  // replay. Off by default: it costs about 14% of a GPT-2 124M step (docs/benchmarks.md). The CPU
+  // path is always deterministic.
+  bool deterministic = false;
   bool operator==(const TrainSettings&) const = default;
 };
 

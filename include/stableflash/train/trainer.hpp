@@ -1,4 +1,4 @@
-// The CPU training loop: seeded random windows (or a replayed batch log), gradient accumulation,
+// The training loop, on the CPU or a GPU: seeded random windows (or a replayed batch log), gradient accumulation,
 // clipping, the schedule, validation, metrics, progress, checkpoints and exact resume.
 #pragma once
 
@@ -19,8 +19,16 @@ struct StepMetrics {
   std::optional<double> val_loss;  // after this step's update, when evaluated
 };
 
+// Where the steps run. `automatic`: the GPU when this build has CUDA and one is visible, else the CPU.
+enum class TrainDevice : std::uint8_t { automatic, cpu, cuda };
+
 struct TrainOptions {
   std::string run_dir;
+  TrainDevice device = TrainDevice::automatic;
+  int gpu = 0;                  // which GPU for TrainDevice::cuda
+  // CPU only: emulate PyTorch's BF16 autocast (Gpt2::set_bf16_autocast), the naive BF16 baseline
+  // the CUDA trainer's agreement with the CPU trainer is measured against.
+  bool cpu_bf16_autocast = false;
   bool resume = false;          // continue from RUN/checkpoints/latest
   std::string replay_log;       // train on exactly these windows (a batch log of an earlier run)
   bool progress = true;         // progress bar on stderr

@@ -1,0 +1,27 @@
+// Standard (materialized-softmax) causal attention on the GPU in FP32: the paper's stable baseline
+// and the twin of stableflash/attention/standard_fp32.hpp (the CPU model's `numerics = standard`).
+// Products are FP32 cuBLASLt GEMMs (FP32 accumulation, no TF32), the softmax and its backward are
+// FP32 kernels (model/cuda/standard_attention.cu). Causal, scale 1/sqrt(D).
+//
+// q, k, v, o, d_o, dq, dk, dv are [B, T, H, D] FP32 (contiguous, head_dim fastest); probs and
+// d_probs are [B, H, T, T] FP32 (entries above the diagonal are written as 0).
+#pragma once
+
+#include "stableflash/model/cuda/blas.hpp"
+
+namespace stableflash::model::cuda {
+
+struct StandardAttentionShape {
+  int batch = 1, heads = 1, len = 1, head_dim = 1;
+};
+
+// probs = softmax(q k^T / sqrt(D) + causal mask), o = probs v.
+void standard_attention_forward(Blas& blas, const StandardAttentionShape& shape, const float* q, const float* k,
+                                const float* v, float* probs, float* o);
+
+// Given d_o, overwrites dq, dk, dv. d_probs is scratch of the size of probs.
+void standard_attention_backward(Blas& blas, const StandardAttentionShape& shape, const float* q, const float* k,
+                                 const float* v, const float* probs, const float* d_o, float* d_probs, float* dq,
+                                 float* dk, float* dv);
+
+}  // namespace stableflash::model::cuda

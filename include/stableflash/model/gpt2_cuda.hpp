@@ -1,0 +1,74 @@
+// GPT-2 on the GPU: the CUDA twin of Gpt2<float> (stableflash/model/gpt2.hpp), llm.c style, in
+// the mixed precision of PyTorch's BF16 autocast (the paper's setting):
+//   - FP32 master weights, FP32 gradients; a BF16 copy of the weights feeds every matmul;
+//   - BF16 matmuls with FP32 accumulation through cuBLASLt; BF16 activations between matmuls;
+//   - the residual stream, LayerNorm statistics and embeddings in FP32;
+//   - each layer's attention as the config says: the flash kernels of attention/cuda (paper or
+//     fused numerics, any policy, delta source, round_bits, tiles) on BF16 q, k, v, or the
+//     materialized FP32 `standard` attention;
+//   - the classifier and cross-entropy in row chunks: BF16 logits exist for one chunk at a time
+//     and are replaced in place by their gradient, so FP32 logits are never materialized.
+// Every reduction runs in a fixed order, and with `deterministic` the attention backward does
+// too, so a step on the same weights and batch gives the same bits (bitwise resume).
+//
+// No CUDA types in this header. It exists in CUDA builds only (model/cuda/); the trainer reaches it
+// through its CUDA engine (train/cuda_engine.cpp), which a CPU-only build replaces by a stub.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "stableflash/model/gpt2.hpp"
+
+namespace stableflash::model {
+
+class Gpt2Cuda {
+ public:
+  // Sized for micro-batches of up to `batch` sequences of `len` tokens. Throws
+  // std::invalid_argument naming the layer for attention settings the kernels cannot run.
+  Gpt2Cuda(const Gpt2Config& config, std::vector<LayerAttention> attention, int batch, int len, bool deterministic);
+  ~Gpt2Cuda();
+  Gpt2Cuda(const Gpt2Cuda&) = delete;
+  Gpt2Cuda& operator=(const Gpt2Cuda&) = delete;
+
+  const Gpt2Config& config() const;
+  const std::vector<ParamTensor>& tensors() const;
+  std::int64_t parameter_count() const;
+
+  // The stream everything runs on (a cudaStream_t), and the cuBLASLt wrapper on it
+  // (a stableflash::model::cuda::Blas), for the optimizer.
+  void* stream() const;
+  void* blas() const;
+
+  // Device memory, flat in parameter_layout order: FP32 weights, their BF16 copy
+  // (an __nv_bfloat16 array) and FP32 gradients.
+  float* params();
+  void* params_bf16();
+  float* grads();
+
+  // Host <-> device weights (synchronous); set_params also refreshes the BF16 copy.
+  void set_params(std::span<const float> host);
+  void get_params(std::span<float> host) const;
+  void get_grads(std::span<float> host) const;
+
+  void zero_grad();
+  // Forward and backward of one micro-batch (tokens, targets: [batch, len] ids on the host),
+  // adding d(loss_scale * mean loss)/d(params) into grads() and the mean loss into the loss sum.
+  // Asynchronous: returns once the work is queued.
+  void train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale);
+  // Forward only; adds the mean loss into the loss sum.
+  void eval_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len);
+  // The sum of the mean losses since the last call (synchronizes), then resets it.
+  double take_loss_sum();
+
+  // Bytes of device memory this model holds (weights, gradients, activations, scratch).
+  std::int64_t device_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stableflash::model

@@ -1,0 +1,62 @@
+// The optimizers of the CUDA trainer: AdamW and Muon on the device, and deterministic global
+// gradient-norm clipping. Same rules and state layout as the CPU Optimizer<float>
+// (stableflash/optim/optimizer.hpp), so checkpoints move between devices: the first and second
+// moments are laid out like the flat parameters, and Muon keeps its momentum in `first`.
+//
+// Precision: FP32 master weights and FP32 state; after every update a BF16 copy of every parameter
+// is written (what the BF16 matmuls read, as autocast would cast the weights). Muon's
+// Newton-Schulz iteration runs on BF16 matrices with BF16 GEMMs (FP32 accumulation), as
+// torch.optim.Muon does.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "stableflash/model/cuda/blas.hpp"
+#include "stableflash/model/gpt2.hpp"
+#include "stableflash/optim/optimizer.hpp"
+
+namespace stableflash::optim {
+
+class CudaOptimizer {
+ public:
+  // `tensors` is the model's parameter layout; the optimizer owns its state on the current device.
+  // `blas` (on the same stream) runs Muon's products.
+  CudaOptimizer(const OptimizerConfig& config, const std::vector<model::ParamTensor>& tensors, model::cuda::Blas& blas);
+  ~CudaOptimizer();
+  CudaOptimizer(const CudaOptimizer&) = delete;
+  CudaOptimizer& operator=(const CudaOptimizer&) = delete;
+
+  const OptimizerConfig& config() const { return config_; }
+
+  // Global L2 norm of the device gradients (sum of squares in FP64, fixed order), and, when
+  // max_norm > 0 and the norm exceeds it, grads *= max_norm / (norm + 1e-6) (PyTorch's
+  // clip_grad_norm_). Synchronizes the stream to return the norm.
+  double clip_grad_norm(float* grads, double max_norm);
+
+  // One update with learning rate lr from the (averaged, clipped) device gradients; writes the
+  // FP32 params and their BF16 copy params_bf16 (same flat layout).
+  void step(float* params, __nv_bfloat16* params_bf16, const float* grads, double lr);
+
+  std::int64_t steps_taken() const { return t_; }
+  // Host copies of the state (synchronous), and loading it back.
+  void download_state(std::span<float> first, std::span<float> second) const;
+  void load_state(std::int64_t steps_taken, std::span<const float> first, std::span<const float> second);
+
+ private:
+  struct Impl;
+  OptimizerConfig config_;
+  std::int64_t t_ = 0;
+  std::unique_ptr<Impl> impl_;
+};
+
+// BF16 copy of FP32 values: dst[i] = BF16(src[i]) (round to nearest even). Used after loading
+// weights, so the BF16 copy always equals what step() would write.
+void to_bf16(__nv_bfloat16* dst, const float* src, std::int64_t n, cudaStream_t stream);
+
+}  // namespace stableflash::optim

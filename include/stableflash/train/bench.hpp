@@ -1,0 +1,34 @@
+// `stableflash bench train`: the training step's speed on random tokens, timed the way the PyTorch
+// peer (shared/peers/torch_peers.py gpt2) times its own: warm-up steps, then windows of steps,
+// the median window's time per step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "stableflash/train/config.hpp"
+#include "stableflash/train/trainer.hpp"
+
+namespace stableflash::train {
+
+struct BenchTrainOptions {
+  TrainDevice device = TrainDevice::automatic;
+  int gpu = 0;
+  int warmup_steps = 8;
+  int steps = 30;  // timed steps, in 5 windows
+  std::uint64_t seed = 0;
+};
+
+struct BenchTrainResult {
+  std::string device;
+  double ms_per_step = 0, tokens_per_s = 0;
+  double peak_memory_gib = -1;  // growth of GPU memory in use over the run (-1 on the CPU)
+  double model_flops_per_step = 0;  // nanoGPT's estimate: 6 N + 12 L H Dh T per token
+  double mfu = 0;                   // model FLOP/s over 989 TFLOP/s (H100/H200 dense BF16)
+  double last_loss = 0;
+  std::int64_t parameters = 0;
+};
+
+BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptions& options);
+
+}  // namespace stableflash::train

@@ -1,0 +1,533 @@
+// GPT-2 on the GPU (see gpt2_cuda.hpp): buffers, the forward and backward wiring of the layers,
+// the chunked classifier and the batch staging. The math lives in layer_kernels.cu,
+// standard_attention.cu, blas.cu and the attention kernels of attention/cuda.
+#include "stableflash/model/gpt2_cuda.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "stableflash/attention/attention.hpp"
+#include "stableflash/attention/cuda.hpp"
+#include "stableflash/model/cuda/blas.hpp"
+#include "stableflash/model/cuda/device_array.hpp"
+#include "stableflash/model/cuda/layer_kernels.hpp"
+#include "stableflash/model/cuda/standard_attention.hpp"
+
+namespace stableflash::model {
+
+using cuda::bf16_matrix;
+using cuda::bf16_t;
+using cuda::check_cuda;
+using cuda::DeviceArray;
+using cuda::f32_matrix;
+using cuda::GemmOptions;
+using Tr = cuda::Trans;
+
+namespace {
+
+// BF16 logits of at most this many bytes exist at a time (one chunk of rows of the classifier).
+constexpr std::int64_t kLogitsChunkBytes = std::int64_t(256) << 20;
+
+// Offsets of one layer's tensors in the flat parameter buffer (-1: absent bias).
+struct LayerOffsets {
+  std::int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+};
+
+// A micro-batch on the host in one pinned block, copied to the device in one transfer: tokens and
+// targets [N], then the rows grouped by token for the deterministic embedding backward
+// (distinct ids [N], group offsets [N + 1], rows [N]).
+struct BatchLayout {
+  std::int64_t n;
+  std::int64_t ints() const { return 5 * n + 1; }
+  std::int64_t tokens() const { return 0; }
+  std::int64_t targets() const { return n; }
+  std::int64_t ids() const { return 2 * n; }
+  std::int64_t offsets() const { return 3 * n; }
+  std::int64_t rows() const { return 4 * n + 1; }
+};
+
+}  // namespace
+
+struct Gpt2Cuda::Impl {
+  Gpt2Config config;
+  std::vector<LayerAttention> attention;
+  std::vector<ParamTensor> tensors;
+  int max_batch = 0, len = 0;
+  bool deterministic = false;
+
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<cuda::Blas> blas;
+
+  DeviceArray<float> params, grads;  // [P]
+  DeviceArray<bf16_t> params16;      // [P] BF16 copy read by the matmuls
+  std::vector<LayerOffsets> offsets;
+  std::int64_t wte = 0, wpe = 0, lnf_w = 0, lnf_b = -1;
+
+  // Activations kept for the backward, per layer. N = batch * len rows, C features.
+  struct Layer {
+    DeviceArray<bf16_t> ln1;             // [N, C]
+    DeviceArray<float> ln1_mean, ln1_rstd;  // [N]
+    DeviceArray<bf16_t> qkv;             // [3, N, C] q, k, v in [B, T, H, D] each (flash)
+    DeviceArray<float> qkv32, probs;     // [3, N, C], [B, H, T, T] (standard)
+    DeviceArray<bf16_t> atty;            // [N, C] attention output, heads concatenated
+    DeviceArray<bf16_t> o_residual;      // [N, C] delta_source = compensated
+    DeviceArray<float> lse;              // [B, H, T] (flash)
+    DeviceArray<float> res2;             // [N, C] x + attention branch
+    DeviceArray<bf16_t> ln2;             // [N, C]
+    DeviceArray<float> ln2_mean, ln2_rstd;
+    DeviceArray<bf16_t> fch;             // [N, 4C] before GELU
+    DeviceArray<float> res3;             // [N, C] block output
+  };
+  std::vector<Layer> layers;
+  DeviceArray<float> x0;                     // [N, C] embeddings
+  DeviceArray<bf16_t> branch;                // [N, C] a projection's output before its residual add
+  DeviceArray<bf16_t> gelu;                  // [N, 4C] GELU output (recomputed in the backward)
+  DeviceArray<bf16_t> lnf;                   // [N, C]
+  DeviceArray<float> lnf_mean, lnf_rstd;     // [N]
+  DeviceArray<bf16_t> logits;                // [chunk_rows, Vp]
+  std::int64_t chunk_rows = 0;
+  DeviceArray<float> losses;                 // [N]
+  DeviceArray<float> loss_sum;               // [1]
+  // Backward.
+  DeviceArray<float> d_res;                  // [N, C] d loss / d residual stream
+  DeviceArray<bf16_t> d_res16;               // [N, C] its BF16 rounding (what a BF16 branch output receives)
+  DeviceArray<float> d_ln;                   // [N, C] d loss / d LayerNorm output
+  DeviceArray<bf16_t> d_big;                 // [N, 4C]
+  DeviceArray<bf16_t> d_atty;                // [N, C]
+  DeviceArray<bf16_t> d_qkv;                 // [3, N, C]
+  DeviceArray<float> scratch;                // deterministic reductions
+  // Standard attention layers only.
+  DeviceArray<float> o32, d_atty32, d_qkv32, d_probs;
+
+  // Batch staging: two pinned host blocks, so the host fills one while the other's copy is queued.
+  DeviceArray<int> batch_dev;
+  struct Slot {
+    int* pinned = nullptr;
+    cudaEvent_t copied = nullptr;
+  } slots[2];
+  int next_slot = 0;
+  int distinct = 0;  // distinct token ids of the staged micro-batch
+  float* loss_host = nullptr;  // pinned
+
+  std::int64_t n_max() const { return std::int64_t(max_batch) * len; }
+  float* param(std::int64_t off) { return params.get() + off; }
+  bf16_t* param16(std::int64_t off) { return off < 0 ? nullptr : params16.get() + off; }
+  float* grad(std::int64_t off) { return off < 0 ? nullptr : grads.get() + off; }
+  const float* param_or_null(std::int64_t off) { return off < 0 ? nullptr : params.get() + off; }
+
+  attention::AttentionOptions flash_options(int l) const {
+    attention::AttentionOptions o = attention[l].options;
+    o.device = attention::Device::cuda;
+    o.causal = true;
+    o.deterministic = deterministic;
+    o.cuda_stream = stream;
+    return o;
+  }
+  bool is_flash(int l) const { return attention[l].kind == AttentionKind::flash; }
+
+  void allocate();
+  void stage(std::span<const int> tokens, std::span<const int> targets, int batch, int seq);
+  void forward(int batch, int seq);
+  void classifier(int batch, int seq, float loss_scale, bool backward);
+  void backward(int batch, int seq);
+  void linear(bf16_t* out, const bf16_t* x, std::int64_t w, std::int64_t b, std::int64_t n, int in, int out_features);
+  void linear_backward(float* dx_f32, bf16_t* dx_bf16, const bf16_t* dy, const bf16_t* x, std::int64_t w, std::int64_t b,
+                       std::int64_t n, int in, int out_features);
+};
+
+Gpt2Cuda::Gpt2Cuda(const Gpt2Config& config, std::vector<LayerAttention> attention, int batch, int len, bool deterministic)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  config.validate();
+  m.config = config;
+  m.attention = std::move(attention);
+  m.tensors = parameter_layout(config);
+  m.max_batch = batch, m.len = len, m.deterministic = deterministic;
+  if (int(m.attention.size()) != config.n_layer)
+    throw std::invalid_argument("model: " + std::to_string(m.attention.size()) + " attention settings for " +
+                                std::to_string(config.n_layer) + " layers");
+  if (batch < 1 || len < 1 || len > config.block_size)
+    throw std::invalid_argument("CUDA model: batch must be >= 1 and the sequence length in [1, block_size = " +
+                                std::to_string(config.block_size) + "]");
+  for (int l = 0; l < config.n_layer; ++l) {
+    if (!m.is_flash(l)) continue;
+    if (m.attention[l].options.numerics == attention::Numerics::reference)
+      throw std::invalid_argument("attention.layer." + std::to_string(l) + ".numerics: `reference` is an FP64 oracle, not a training path");
+    try {
+      attention::cuda::check_supported({batch, config.n_head, len, len, config.head_dim()}, m.flash_options(l));
+    } catch (const std::exception& e) {
+      throw std::invalid_argument("attention.layer." + std::to_string(l) + " on the GPU: " + e.what());
+    }
+  }
+  check_cuda(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  m.blas = std::make_unique<cuda::Blas>(m.stream);
+  auto offset_of = [&](const std::string& name) -> std::int64_t {
+    for (const auto& t : m.tensors)
+      if (t.name == name) return t.offset;
+    return -1;
+  };
+  m.wte = offset_of("transformer.wte.weight"), m.wpe = offset_of("transformer.wpe.weight");
+  m.lnf_w = offset_of("transformer.ln_f.weight"), m.lnf_b = offset_of("transformer.ln_f.bias");
+  for (int l = 0; l < config.n_layer; ++l) {
+    const std::string p = "transformer.h." + std::to_string(l) + ".";
+    m.offsets.push_back({offset_of(p + "ln_1.weight"), offset_of(p + "ln_1.bias"), offset_of(p + "attn.c_attn.weight"),
+                         offset_of(p + "attn.c_attn.bias"), offset_of(p + "attn.c_proj.weight"), offset_of(p + "attn.c_proj.bias"),
+                         offset_of(p + "ln_2.weight"), offset_of(p + "ln_2.bias"), offset_of(p + "mlp.c_fc.weight"),
+                         offset_of(p + "mlp.c_fc.bias"), offset_of(p + "mlp.c_proj.weight"), offset_of(p + "mlp.c_proj.bias")});
+  }
+  m.allocate();
+}
+
+Gpt2Cuda::~Gpt2Cuda() {
+  if (!impl_) return;
+  Impl& m = *impl_;
+  if (m.stream) cudaStreamSynchronize(m.stream);
+  for (auto& s : m.slots) {
+    if (s.copied) cudaEventDestroy(s.copied);
+    if (s.pinned) cudaFreeHost(s.pinned);
+  }
+  if (m.loss_host) cudaFreeHost(m.loss_host);
+  m.blas.reset();
+  if (m.stream) cudaStreamDestroy(m.stream);
+}
+
+void Gpt2Cuda::Impl::allocate() {
+  const std::int64_t P = tensors.back().offset + tensors.back().size;
+  const std::int64_t N = n_max(), C = config.n_embd, Vp = config.padded_vocab_size;
+  const std::int64_t NC = N * C, heads_rows = std::int64_t(max_batch) * config.n_head * len;
+  const std::int64_t probs_size = heads_rows * len;
+  params = DeviceArray<float>(std::size_t(P));
+  grads = DeviceArray<float>(std::size_t(P));
+  params16 = DeviceArray<bf16_t>(std::size_t(P));
+  params.zero(stream), grads.zero(stream), params16.zero(stream);
+  bool any_standard = false;
+  layers.resize(std::size_t(config.n_layer));
+  for (int l = 0; l < config.n_layer; ++l) {
+    Layer& L = layers[std::size_t(l)];
+    L.ln1 = DeviceArray<bf16_t>(std::size_t(NC));
+    L.ln1_mean = DeviceArray<float>(std::size_t(N)), L.ln1_rstd = DeviceArray<float>(std::size_t(N));
+    if (is_flash(l)) {
+      L.qkv = DeviceArray<bf16_t>(std::size_t(3 * NC));
+      L.lse = DeviceArray<float>(std::size_t(heads_rows));
+      if (attention[l].options.delta_source == attention::DeltaSource::compensated) L.o_residual = DeviceArray<bf16_t>(std::size_t(NC));
+    } else {
+      any_standard = true;
+      L.qkv32 = DeviceArray<float>(std::size_t(3 * NC));
+      L.probs = DeviceArray<float>(std::size_t(probs_size));
+    }
+    L.atty = DeviceArray<bf16_t>(std::size_t(NC));
+    L.res2 = DeviceArray<float>(std::size_t(NC));
+    L.ln2 = DeviceArray<bf16_t>(std::size_t(NC));
+    L.ln2_mean = DeviceArray<float>(std::size_t(N)), L.ln2_rstd = DeviceArray<float>(std::size_t(N));
+    L.fch = DeviceArray<bf16_t>(std::size_t(4 * NC));
+    L.res3 = DeviceArray<float>(std::size_t(NC));
+  }
+  x0 = DeviceArray<float>(std::size_t(NC));
+  branch = DeviceArray<bf16_t>(std::size_t(NC));
+  gelu = DeviceArray<bf16_t>(std::size_t(4 * NC));
+  lnf = DeviceArray<bf16_t>(std::size_t(NC));
+  lnf_mean = DeviceArray<float>(std::size_t(N)), lnf_rstd = DeviceArray<float>(std::size_t(N));
+  chunk_rows = std::min<std::int64_t>(N, std::max<std::int64_t>(128, kLogitsChunkBytes / (2 * Vp) / 128 * 128));
+  logits = DeviceArray<bf16_t>(std::size_t(chunk_rows * Vp));
+  losses = DeviceArray<float>(std::size_t(N));
+  loss_sum = DeviceArray<float>(1);
+  loss_sum.zero(stream);
+  d_res = DeviceArray<float>(std::size_t(NC));
+  d_res16 = DeviceArray<bf16_t>(std::size_t(NC));
+  d_ln = DeviceArray<float>(std::size_t(NC));
+  d_big = DeviceArray<bf16_t>(std::size_t(4 * NC));
+  d_atty = DeviceArray<bf16_t>(std::size_t(NC));
+  d_qkv = DeviceArray<bf16_t>(std::size_t(3 * NC));
+  scratch = DeviceArray<float>(std::size_t(cuda::reduction_scratch_floats(int(N), int(4 * C))));
+  if (any_standard) {
+    o32 = DeviceArray<float>(std::size_t(NC));
+    d_atty32 = DeviceArray<float>(std::size_t(NC));
+    d_qkv32 = DeviceArray<float>(std::size_t(3 * NC));
+    d_probs = DeviceArray<float>(std::size_t(probs_size));
+  }
+  const BatchLayout bl{N};
+  batch_dev = DeviceArray<int>(std::size_t(bl.ints()));
+  for (auto& s : slots) {
+    check_cuda(cudaMallocHost(&s.pinned, std::size_t(bl.ints()) * sizeof(int)), "cudaMallocHost");
+    check_cuda(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  check_cuda(cudaMallocHost(&loss_host, sizeof(float)), "cudaMallocHost");
+}
+
+const Gpt2Config& Gpt2Cuda::config() const { return impl_->config; }
+const std::vector<ParamTensor>& Gpt2Cuda::tensors() const { return impl_->tensors; }
+std::int64_t Gpt2Cuda::parameter_count() const { return std::int64_t(impl_->params.size()); }
+void* Gpt2Cuda::stream() const { return impl_->stream; }
+void* Gpt2Cuda::blas() const { return impl_->blas.get(); }
+float* Gpt2Cuda::params() { return impl_->params.get(); }
+void* Gpt2Cuda::params_bf16() { return impl_->params16.get(); }
+float* Gpt2Cuda::grads() { return impl_->grads.get(); }
+
+void Gpt2Cuda::set_params(std::span<const float> host) {
+  Impl& m = *impl_;
+  if (host.size() != m.params.size())
+    throw std::invalid_argument("set_params: " + std::to_string(host.size()) + " values for " + std::to_string(m.params.size()) + " parameters");
+  m.params.upload(host.data(), host.size(), m.stream);
+  cuda::cast_to_bf16(m.params16.get(), m.params.get(), std::int64_t(host.size()), m.stream);
+  check_cuda(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize (set_params)");
+}
+
+void Gpt2Cuda::get_params(std::span<float> host) const {
+  const Impl& m = *impl_;
+  if (host.size() != m.params.size()) throw std::invalid_argument("get_params: wrong size");
+  m.params.download(host.data(), host.size(), m.stream);
+  check_cuda(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize (get_params)");
+}
+
+void Gpt2Cuda::get_grads(std::span<float> host) const {
+  const Impl& m = *impl_;
+  if (host.size() != m.grads.size()) throw std::invalid_argument("get_grads: wrong size");
+  m.grads.download(host.data(), host.size(), m.stream);
+  check_cuda(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize (get_grads)");
+}
+
+void Gpt2Cuda::zero_grad() { impl_->grads.zero(impl_->stream); }
+
+std::int64_t Gpt2Cuda::device_bytes() const {
+  std::size_t total = 0;
+  const Impl& m = *impl_;
+  for (const auto& L : m.layers)
+    total += L.ln1.bytes() + L.ln1_mean.bytes() + L.ln1_rstd.bytes() + L.qkv.bytes() + L.qkv32.bytes() + L.probs.bytes() +
+             L.atty.bytes() + L.o_residual.bytes() + L.lse.bytes() + L.res2.bytes() + L.ln2.bytes() + L.ln2_mean.bytes() +
+             L.ln2_rstd.bytes() + L.fch.bytes() + L.res3.bytes();
+  for (std::size_t b : {m.params.bytes(), m.grads.bytes(), m.params16.bytes(), m.x0.bytes(), m.branch.bytes(), m.gelu.bytes(),
+                        m.lnf.bytes(), m.lnf_mean.bytes(), m.lnf_rstd.bytes(), m.logits.bytes(), m.losses.bytes(), m.d_res.bytes(),
+                        m.d_res16.bytes(), m.d_ln.bytes(), m.d_big.bytes(), m.d_atty.bytes(), m.d_qkv.bytes(), m.scratch.bytes(),
+                        m.o32.bytes(), m.d_atty32.bytes(), m.d_qkv32.bytes(), m.d_probs.bytes(), m.batch_dev.bytes()})
+    total += b;
+  return std::int64_t(total);
+}
+
+// Copies a micro-batch to the device, with the rows of each token id grouped (ascending) for the
+// embedding backward.
+void Gpt2Cuda::Impl::stage(std::span<const int> tokens, std::span<const int> targets, int batch, int seq) {
+  const std::int64_t N = std::int64_t(batch) * seq;
+  if (batch < 1 || batch > max_batch || seq < 1 || seq > len)
+    throw std::invalid_argument("CUDA model: micro-batch of " + std::to_string(batch) + " x " + std::to_string(seq) +
+                                " outside the allocated " + std::to_string(max_batch) + " x " + std::to_string(len));
+  if (std::int64_t(tokens.size()) != N || std::int64_t(targets.size()) != N)
+    throw std::invalid_argument("CUDA model: tokens/targets do not hold batch * len ids");
+  const int Vp = config.padded_vocab_size;
+  for (int t : tokens)
+    if (t < 0 || t >= Vp) throw std::out_of_range("forward: token id " + std::to_string(t) + " outside [0, " + std::to_string(Vp) + ")");
+  for (int t : targets)
+    if (t < 0 || t >= Vp) throw std::out_of_range("forward: target id " + std::to_string(t) + " outside [0, " + std::to_string(Vp) + ")");
+  Slot& slot = slots[next_slot];
+  next_slot ^= 1;
+  check_cuda(cudaEventSynchronize(slot.copied), "cudaEventSynchronize (batch staging)");
+  const BatchLayout bl{n_max()};
+  int* h = slot.pinned;
+  std::copy(tokens.begin(), tokens.end(), h + bl.tokens());
+  std::copy(targets.begin(), targets.end(), h + bl.targets());
+  int* rows = h + bl.rows();
+  for (std::int64_t i = 0; i < N; ++i) rows[i] = int(i);
+  std::stable_sort(rows, rows + N, [&](int a, int b) { return tokens[std::size_t(a)] < tokens[std::size_t(b)]; });
+  int* ids = h + bl.ids();
+  int* offs = h + bl.offsets();
+  distinct = 0;
+  for (std::int64_t i = 0; i < N; ++i) {
+    const int t = tokens[std::size_t(rows[i])];
+    if (distinct == 0 || ids[distinct - 1] != t) {
+      ids[distinct] = t;
+      offs[distinct] = int(i);
+      ++distinct;
+    }
+  }
+  offs[distinct] = int(N);
+  check_cuda(cudaMemcpyAsync(batch_dev.get(), h, std::size_t(bl.ints()) * sizeof(int), cudaMemcpyHostToDevice, stream),
+             "cudaMemcpyAsync (batch)");
+  check_cuda(cudaEventRecord(slot.copied, stream), "cudaEventRecord");
+}
+
+void Gpt2Cuda::Impl::linear(bf16_t* out, const bf16_t* x, std::int64_t w, std::int64_t b, std::int64_t n, int in, int out_features) {
+  GemmOptions o;
+  o.bias = param16(b);
+  blas->gemm(Tr::no, Tr::no, bf16_matrix(x, int(n), in), bf16_matrix(param16(w), in, out_features), bf16_matrix(out, int(n), out_features), o);
+}
+
+// y [n, out] = x [n, in] W [in, out] (+ b): dW += x^T dy, db += colsum(dy), dx = dy W^T into an
+// FP32 or a BF16 buffer (one of dx_f32, dx_bf16).
+void Gpt2Cuda::Impl::linear_backward(float* dx_f32, bf16_t* dx_bf16, const bf16_t* dy, const bf16_t* x, std::int64_t w,
+                                     std::int64_t b, std::int64_t n, int in, int out_features) {
+  GemmOptions accumulate;
+  accumulate.beta = 1.0f;
+  blas->gemm(Tr::yes, Tr::no, bf16_matrix(x, int(n), in), bf16_matrix(dy, int(n), out_features), f32_matrix(grad(w), in, out_features), accumulate);
+  if (b >= 0) cuda::bias_backward(grad(b), dy, int(n), out_features, scratch.get(), stream);
+  const auto dx = dx_f32 ? f32_matrix(dx_f32, int(n), in) : bf16_matrix(dx_bf16, int(n), in);
+  blas->gemm(Tr::no, Tr::yes, bf16_matrix(dy, int(n), out_features), bf16_matrix(param16(w), in, out_features), dx);
+}
+
+void Gpt2Cuda::Impl::forward(int batch, int seq) {
+  const int C = config.n_embd, H = config.n_head, D = config.head_dim();
+  const std::int64_t N = std::int64_t(batch) * seq, NC = N * C;
+  const float eps = float(config.layernorm_eps);
+  const BatchLayout bl{n_max()};
+  const int* tokens = batch_dev.get() + bl.tokens();
+  cuda::encoder_forward(x0.get(), tokens, param(wte), param(wpe), batch, seq, C, stream);
+  cuda::layernorm_forward(layers[0].ln1.get(), layers[0].ln1_mean.get(), layers[0].ln1_rstd.get(), nullptr, x0.get(), nullptr,
+                          param(offsets[0].ln1_w), param_or_null(offsets[0].ln1_b), int(N), C, eps, stream);
+  for (int l = 0; l < config.n_layer; ++l) {
+    Layer& L = layers[std::size_t(l)];
+    const LayerOffsets& o = offsets[std::size_t(l)];
+    const float* x = l == 0 ? x0.get() : layers[std::size_t(l) - 1].res3.get();
+    // q, k, v: three [N, C] = ln1 [N, C] x W_j [C, C] products over column blocks of W_qkv [C, 3C],
+    // so each lands contiguous in [B, T, H, D] as the attention kernels read it.
+    for (int j = 0; j < 3; ++j) {
+      const auto w_j = bf16_matrix(param16(o.qkv_w) + std::int64_t(j) * C, C, C, 3 * C);
+      GemmOptions opt;
+      if (is_flash(l)) {
+        opt.bias = o.qkv_b < 0 ? nullptr : param16(o.qkv_b) + std::int64_t(j) * C;
+        blas->gemm(Tr::no, Tr::no, bf16_matrix(L.ln1.get(), int(N), C), w_j, bf16_matrix(L.qkv.get() + j * NC, int(N), C), opt);
+      } else {
+        opt.bias = o.qkv_b < 0 ? nullptr : param(o.qkv_b) + std::int64_t(j) * C;
+        blas->gemm(Tr::no, Tr::no, bf16_matrix(L.ln1.get(), int(N), C), w_j, f32_matrix(L.qkv32.get() + j * NC, int(N), C), opt);
+      }
+    }
+    if (is_flash(l)) {
+      attention::ForwardArgs a;
+      a.shape = {batch, H, seq, seq, D};
+      a.layout = attention::Layout::bthd;
+      a.q = reinterpret_cast<const bf16*>(L.qkv.get());
+      a.k = a.q + NC, a.v = a.q + 2 * NC;
+      a.o = reinterpret_cast<bf16*>(L.atty.get());
+      a.lse = L.lse.get();
+      a.o_residual = L.o_residual.empty() ? nullptr : reinterpret_cast<bf16*>(L.o_residual.get());
+      attention::attention_forward(a, flash_options(l));
+    } else {
+      cuda::standard_attention_forward(*blas, {batch, H, seq, D}, L.qkv32.get(), L.qkv32.get() + NC, L.qkv32.get() + 2 * NC,
+                                       L.probs.get(), o32.get());
+      cuda::cast_to_bf16(L.atty.get(), o32.get(), NC, stream);
+    }
+    linear(branch.get(), L.atty.get(), o.proj_w, o.proj_b, N, C, C);
+    cuda::layernorm_forward(L.ln2.get(), L.ln2_mean.get(), L.ln2_rstd.get(), L.res2.get(), x, branch.get(), param(o.ln2_w),
+                            param_or_null(o.ln2_b), int(N), C, eps, stream);
+    linear(L.fch.get(), L.ln2.get(), o.fc_w, o.fc_b, N, C, 4 * C);
+    cuda::gelu_forward(gelu.get(), L.fch.get(), 4 * NC, stream);
+    linear(branch.get(), gelu.get(), o.fcproj_w, o.fcproj_b, N, 4 * C, C);
+    // res3 = res2 + MLP branch, normalized by the next layer's ln_1 (or ln_f after the last).
+    const bool last = l + 1 == config.n_layer;
+    Layer* next = last ? nullptr : &layers[std::size_t(l) + 1];
+    const std::int64_t w = last ? lnf_w : offsets[std::size_t(l) + 1].ln1_w;
+    const std::int64_t b = last ? lnf_b : offsets[std::size_t(l) + 1].ln1_b;
+    cuda::layernorm_forward(last ? lnf.get() : next->ln1.get(), last ? lnf_mean.get() : next->ln1_mean.get(),
+                            last ? lnf_rstd.get() : next->ln1_rstd.get(), L.res3.get(), L.res2.get(), branch.get(), param(w),
+                            param_or_null(b), int(N), C, eps, stream);
+  }
+}
+
+// Tied head and cross-entropy, one chunk of rows at a time: logits [rows, Vp] = lnf wte^T in BF16,
+// replaced in place by their gradient, which gives d lnf (into d_ln) and d wte before the next chunk.
+void Gpt2Cuda::Impl::classifier(int batch, int seq, float loss_scale, bool backward) {
+  const int C = config.n_embd, Vp = config.padded_vocab_size;
+  const std::int64_t N = std::int64_t(batch) * seq;
+  const BatchLayout bl{n_max()};
+  const int* targets = batch_dev.get() + bl.targets();
+  GemmOptions accumulate;
+  accumulate.beta = 1.0f;
+  for (std::int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
+    const int rows = int(std::min(chunk_rows, N - r0));
+    const auto x = bf16_matrix(lnf.get() + r0 * C, rows, C);
+    const auto logit = bf16_matrix(logits.get(), rows, Vp);
+    blas->gemm(Tr::no, Tr::yes, x, bf16_matrix(param16(wte), Vp, C), logit);
+    cuda::softmax_cross_entropy(logits.get(), losses.get() + r0, targets + r0, rows, Vp, backward ? loss_scale / float(N) : 0.0f, stream);
+    if (!backward) continue;
+    blas->gemm(Tr::no, Tr::no, logit, bf16_matrix(param16(wte), Vp, C), f32_matrix(d_ln.get() + r0 * C, rows, C));
+    blas->gemm(Tr::yes, Tr::no, logit, x, f32_matrix(grad(wte), Vp, C), accumulate);
+  }
+  cuda::sum_scaled(loss_sum.get(), losses.get(), N, 1.0f / float(N), /*accumulate=*/true, stream);
+}
+
+void Gpt2Cuda::Impl::backward(int batch, int seq) {
+  const int C = config.n_embd, H = config.n_head, D = config.head_dim();
+  const std::int64_t N = std::int64_t(batch) * seq, NC = N * C;
+  const BatchLayout bl{n_max()};
+  d_res.zero(stream);
+  cuda::layernorm_backward(d_res.get(), d_res16.get(), grad(lnf_w), grad(lnf_b), d_ln.get(), layers.back().res3.get(), param(lnf_w),
+                           lnf_mean.get(), lnf_rstd.get(), int(N), C, scratch.get(), stream);
+  // d_res holds d loss / d (block output); the residual adds pass it through unchanged.
+  for (int l = config.n_layer - 1; l >= 0; --l) {
+    Layer& L = layers[std::size_t(l)];
+    const LayerOffsets& o = offsets[std::size_t(l)];
+    const float* x = l == 0 ? x0.get() : layers[std::size_t(l) - 1].res3.get();
+    // MLP: res3 = res2 + gelu(ln2 W_fc) W_fcproj
+    cuda::gelu_forward(gelu.get(), L.fch.get(), 4 * NC, stream);  // recomputed, not kept per layer
+    linear_backward(nullptr, d_big.get(), d_res16.get(), gelu.get(), o.fcproj_w, o.fcproj_b, N, 4 * C, C);
+    cuda::gelu_backward(d_big.get(), L.fch.get(), d_big.get(), 4 * NC, stream);
+    linear_backward(d_ln.get(), nullptr, d_big.get(), L.ln2.get(), o.fc_w, o.fc_b, N, C, 4 * C);
+    cuda::layernorm_backward(d_res.get(), d_res16.get(), grad(o.ln2_w), grad(o.ln2_b), d_ln.get(), L.res2.get(), param(o.ln2_w),
+                             L.ln2_mean.get(), L.ln2_rstd.get(), int(N), C, scratch.get(), stream);
+    // Attention: res2 = x + attn(ln1 W_qkv) W_proj
+    if (is_flash(l)) {
+      linear_backward(nullptr, d_atty.get(), d_res16.get(), L.atty.get(), o.proj_w, o.proj_b, N, C, C);
+      attention::BackwardArgs a;
+      a.shape = {batch, H, seq, seq, D};
+      a.layout = attention::Layout::bthd;
+      a.q = reinterpret_cast<const bf16*>(L.qkv.get());
+      a.k = a.q + NC, a.v = a.q + 2 * NC;
+      a.o = reinterpret_cast<const bf16*>(L.atty.get());
+      a.lse = L.lse.get();
+      a.o_residual = L.o_residual.empty() ? nullptr : reinterpret_cast<const bf16*>(L.o_residual.get());
+      a.d_o = reinterpret_cast<const bf16*>(d_atty.get());
+      a.dq = reinterpret_cast<bf16*>(d_qkv.get());
+      a.dk = a.dq + NC, a.dv = a.dq + 2 * NC;
+      attention::attention_backward(a, flash_options(l));
+    } else {
+      linear_backward(d_atty32.get(), nullptr, d_res16.get(), L.atty.get(), o.proj_w, o.proj_b, N, C, C);
+      const float* q = L.qkv32.get();
+      cuda::standard_attention_backward(*blas, {batch, H, seq, D}, q, q + NC, q + 2 * NC, L.probs.get(), d_atty32.get(), d_probs.get(),
+                                        d_qkv32.get(), d_qkv32.get() + NC, d_qkv32.get() + 2 * NC);
+      cuda::cast_to_bf16(d_qkv.get(), d_qkv32.get(), 3 * NC, stream);
+    }
+    // W_qkv's three column blocks: dW_j += ln1^T dX_j, d ln1 = sum_j dX_j W_j^T (FP32).
+    GemmOptions accumulate;
+    accumulate.beta = 1.0f;
+    for (int j = 0; j < 3; ++j) {
+      const auto dx_j = bf16_matrix(d_qkv.get() + j * NC, int(N), C);
+      blas->gemm(Tr::yes, Tr::no, bf16_matrix(L.ln1.get(), int(N), C), dx_j, f32_matrix(grad(o.qkv_w) + std::int64_t(j) * C, C, C, 3 * C),
+                 accumulate);
+      if (o.qkv_b >= 0) cuda::bias_backward(grad(o.qkv_b) + std::int64_t(j) * C, d_qkv.get() + j * NC, int(N), C, scratch.get(), stream);
+      GemmOptions sum;
+      sum.beta = j == 0 ? 0.0f : 1.0f;
+      blas->gemm(Tr::no, Tr::yes, dx_j, bf16_matrix(param16(o.qkv_w) + std::int64_t(j) * C, C, C, 3 * C), f32_matrix(d_ln.get(), int(N), C),
+                 sum);
+    }
+    cuda::layernorm_backward(d_res.get(), l == 0 ? nullptr : d_res16.get(), grad(o.ln1_w), grad(o.ln1_b), d_ln.get(), x,
+                             param(o.ln1_w), L.ln1_mean.get(), L.ln1_rstd.get(), int(N), C, scratch.get(), stream);
+  }
+  cuda::encoder_backward(grad(wte), grad(wpe), d_res.get(), batch_dev.get() + bl.ids(), batch_dev.get() + bl.offsets(),
+                         batch_dev.get() + bl.rows(), distinct, batch, seq, C, stream);
+}
+
+void Gpt2Cuda::train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale) {
+  Impl& m = *impl_;
+  m.stage(tokens, targets, batch, len);
+  m.forward(batch, len);
+  m.classifier(batch, len, loss_scale, /*backward=*/true);
+  m.backward(batch, len);
+}
+
+void Gpt2Cuda::eval_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len) {
+  Impl& m = *impl_;
+  m.stage(tokens, targets, batch, len);
+  m.forward(batch, len);
+  m.classifier(batch, len, 0.0f, /*backward=*/false);
+}
+
+double Gpt2Cuda::take_loss_sum() {
+  Impl& m = *impl_;
+  check_cuda(cudaMemcpyAsync(m.loss_host, m.loss_sum.get(), sizeof(float), cudaMemcpyDeviceToHost, m.stream), "cudaMemcpyAsync (loss)");
+  m.loss_sum.zero(m.stream);
+  check_cuda(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize (loss)");
+  return double(*m.loss_host);
+}
+
+}  // namespace stableflash::model

@@ -1,0 +1,424 @@
+// Element-wise and row-wise layers of the CUDA GPT-2: embeddings, LayerNorm, GELU, casts and bias
+// gradients (softmax cross-entropy and sum_scaled live in classifier_kernels.cu). The math follows
+// the CPU twins in stableflash/model/layers.hpp; precision and determinism rules are in
+// stableflash/model/cuda/layer_kernels.hpp.
+//
+// Row kernels take a warp per row and walk the row in chunks of kVec elements with 16-byte
+// accesses when C % kVec == 0 and every pointer is 16-byte aligned, else one element at a time.
+// Sums over rows go through column_partials_kernel (fixed 64-row partitions) and
+// column_finish_kernel (partitions summed in ascending order): no floating-point atomics.
+#include "stableflash/model/cuda/layer_kernels.hpp"
+
+#include <algorithm>
+#include <initializer_list>
+
+#include "reduce.cuh"
+#include "stableflash/model/cuda/device_array.hpp"
+
+namespace stableflash::model::cuda {
+namespace {
+
+using detail::aligned16;
+using detail::kVec;
+using detail::load;
+using detail::store;
+using detail::warp_sum;
+
+constexpr int kThreads = 256;      // element-wise kernels
+constexpr int kRowsPerBlock = 4;   // row kernels: blockDim (32, kRowsPerBlock), a warp per row
+constexpr int kPartRows = 64;      // rows per deterministic partial sum; fixed, so bits do not depend on the device
+constexpr int kColTile = 32;       // columns per column_partials block (one coalesced warp-wide row segment)
+constexpr int kColRowLanes = 8;    // row lanes per column_partials block
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+int reduction_parts(int N) { return int(ceil_div(N, kPartRows)); }
+
+// True when every non-null pointer allows 16-byte accesses and rows of C elements keep them aligned.
+bool vector_ok(int C, std::initializer_list<const void*> ptrs) {
+  if (C % kVec != 0) return false;
+  for (const void* p : ptrs)
+    if (p && !aligned16(p)) return false;
+  return true;
+}
+
+unsigned row_blocks(int N) { return unsigned(ceil_div(N, kRowsPerBlock)); }
+
+// ---------------------------------------------------------------------------------------------
+// Embeddings
+
+template <int W>
+__global__ void encoder_forward_kernel(float* x, const int* tokens, const float* wte, const float* wpe, int T, int C,
+                                       std::int64_t chunks) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= chunks) return;
+  const int per_row = C / W;
+  const std::int64_t n = i / per_row;
+  const int c = int(i % per_row) * W;
+  float e[W], p[W];
+  load<W>(e, wte + std::int64_t(tokens[n]) * C + c);  // [Vp, C]; ids checked by the caller
+  load<W>(p, wpe + (n % T) * C + c);                  // [>= T, C]
+#pragma unroll
+  for (int k = 0; k < W; ++k) e[k] += p[k];
+  store<W>(x + n * C + c, e);  // [N, C]
+}
+
+// dwpe[t, c] += sum over b ascending of dx[b * T + t, c]; a thread per (t, c), coalesced over c.
+__global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dx, int B, int T, int C) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= std::int64_t(T) * C) return;
+  float s = 0.0f;
+  for (int b = 0; b < B; ++b) s += dx[std::int64_t(b) * T * C + i];  // row b * T + t, column c: offset i
+  dwpe[i] += s;
+}
+
+// dwte[token_ids[u], c] += sum over the rows of group u in order; a thread per (u, c). Groups hold
+// distinct tokens, so no two threads write the same element.
+__global__ void encoder_backward_wte_kernel(float* dwte, const float* dx, const int* token_ids, const int* token_offsets,
+                                            const int* token_rows, int distinct, int C) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= std::int64_t(distinct) * C) return;
+  const int u = int(i / C), c = int(i % C);
+  float s = 0.0f;
+  for (int k = token_offsets[u]; k < token_offsets[u + 1]; ++k) s += dx[std::int64_t(token_rows[k]) * C + c];
+  dwte[std::int64_t(token_ids[u]) * C + c] += s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm
+
+// No __restrict__: residual_out may alias residual_in (an in-place residual update). Each lane
+// reads back only elements it wrote itself, so the re-reads of residual_out need no barrier.
+template <int W>
+__global__ void layernorm_forward_kernel(bf16_t* ln_out, float* mean, float* rstd, float* residual_out,
+                                         const float* residual_in, const bf16_t* branch, const float* weight,
+                                         const float* bias, int N, int C, float eps) {
+  const int lane = threadIdx.x;
+  const std::int64_t n = std::int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  if (n >= N) return;  // whole warps exit together: warp_sum below sees full warps
+  const std::int64_t row = n * C;
+  const float* r_src = branch ? residual_out + row : residual_in + row;  // [C] the LayerNorm input r
+
+  // Pass 1: r (with the fused residual add, written once) and its sum.
+  float sum = 0.0f;
+  for (int c = lane * W; c < C; c += 32 * W) {
+    float r[W];
+    load<W>(r, residual_in + row + c);
+    if (branch) {
+      float b[W];
+      load<W>(b, branch + row + c);
+#pragma unroll
+      for (int k = 0; k < W; ++k) r[k] += b[k];
+      store<W>(residual_out + row + c, r);
+    }
+#pragma unroll
+    for (int k = 0; k < W; ++k) sum += r[k];
+  }
+  const float m = warp_sum(sum) / float(C);
+
+  // Pass 2: variance about the mean (two passes avoid the cancellation of E[r^2] - mean^2).
+  float sq = 0.0f;
+  for (int c = lane * W; c < C; c += 32 * W) {
+    float r[W];
+    load<W>(r, r_src + c);
+#pragma unroll
+    for (int k = 0; k < W; ++k) sq += (r[k] - m) * (r[k] - m);
+  }
+  const float s = 1.0f / sqrtf(warp_sum(sq) / float(C) + eps);  // IEEE sqrt and division, not rsqrtf
+
+  // Pass 3: normalize, scale, shift, round once to BF16.
+  for (int c = lane * W; c < C; c += 32 * W) {
+    float r[W], w[W], y[W];
+    load<W>(r, r_src + c);
+    load<W>(w, weight + c);
+#pragma unroll
+    for (int k = 0; k < W; ++k) y[k] = (r[k] - m) * s * w[k];
+    if (bias) {
+      float b[W];
+      load<W>(b, bias + c);
+#pragma unroll
+      for (int k = 0; k < W; ++k) y[k] += b[k];
+    }
+    store<W>(ln_out + row + c, y);
+  }
+  if (lane == 0) mean[n] = m, rstd[n] = s;
+}
+
+// The dx part of the LayerNorm backward: a warp per row, the two row means first, then the update.
+template <int W>
+__global__ void layernorm_backward_dx_kernel(float* dx, bf16_t* dx_bf16, const float* d_ln, const float* x,
+                                             const float* weight, const float* mean, const float* rstd, int N, int C) {
+  const int lane = threadIdx.x;
+  const std::int64_t n = std::int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  if (n >= N) return;
+  const std::int64_t row = n * C;
+  const float m = mean[n], s = rstd[n];
+
+  float sum_dnorm = 0.0f, sum_dnorm_norm = 0.0f;
+  for (int c = lane * W; c < C; c += 32 * W) {
+    float g[W], xr[W], w[W];
+    load<W>(g, d_ln + row + c);
+    load<W>(xr, x + row + c);
+    load<W>(w, weight + c);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float dnorm = w[k] * g[k];
+      sum_dnorm += dnorm;
+      sum_dnorm_norm += dnorm * ((xr[k] - m) * s);
+    }
+  }
+  const float mean_dnorm = warp_sum(sum_dnorm) / float(C);
+  const float mean_dnorm_norm = warp_sum(sum_dnorm_norm) / float(C);
+
+  for (int c = lane * W; c < C; c += 32 * W) {
+    float g[W], xr[W], w[W], d[W];
+    load<W>(g, d_ln + row + c);
+    load<W>(xr, x + row + c);
+    load<W>(w, weight + c);
+    load<W>(d, dx + row + c);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float norm = (xr[k] - m) * s;
+      d[k] += (w[k] * g[k] - mean_dnorm - norm * mean_dnorm_norm) * s;
+    }
+    store<W>(dx + row + c, d);
+    if (dx_bf16) store<W>(dx_bf16 + row + c, d);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deterministic sums over rows: partial[k][p][c] = sum of term_k(n, c) over the rows n of
+// partition p (rows [p * kPartRows, (p + 1) * kPartRows)), then out_k[c] += sum over p ascending.
+
+// d_ln * norm and d_ln: the LayerNorm weight and bias gradients.
+struct LayerNormParamTerms {
+  const float* d_ln;
+  const float* x;
+  const float* mean;
+  const float* rstd;
+  int C;
+  __device__ void operator()(std::int64_t n, int c, float (&t)[2]) const {
+    const std::int64_t i = n * C + c;
+    const float g = d_ln[i];
+    t[0] = (x[i] - mean[n]) * rstd[n] * g;
+    t[1] = g;
+  }
+};
+
+struct BiasTerm {
+  const bf16_t* d_out;
+  int C;
+  __device__ void operator()(std::int64_t n, int c, float (&t)[1]) const { t[0] = __bfloat162float(d_out[n * C + c]); }
+};
+
+// grid (parts, ceil(C / kColTile)), block (kColTile, kColRowLanes). Each thread sums its row lane's
+// rows of the partition in ascending order; thread row 0 then adds the lanes in ascending order.
+template <int K, class Term>
+__global__ void column_partials_kernel(float* partial, Term term, int N, int C, int parts) {
+  __shared__ float lanes[K][kColRowLanes][kColTile];
+  const int p = blockIdx.x;
+  const int c = blockIdx.y * kColTile + threadIdx.x;
+  const int n_end = min(N, (p + 1) * kPartRows);
+  float acc[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) acc[k] = 0.0f;
+  if (c < C) {
+    for (int n = p * kPartRows + threadIdx.y; n < n_end; n += kColRowLanes) {
+      float t[K];
+      term(n, c, t);
+#pragma unroll
+      for (int k = 0; k < K; ++k) acc[k] += t[k];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) lanes[k][threadIdx.y][threadIdx.x] = acc[k];
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float s = 0.0f;
+    for (int j = 0; j < kColRowLanes; ++j) s += lanes[k][j][threadIdx.x];
+    partial[(std::int64_t(k) * parts + p) * C + c] = s;  // [K, parts, C]
+  }
+}
+
+// out_k[c] += sum over partitions ascending; a null out_k is skipped.
+template <int K>
+__global__ void column_finish_kernel(float* out0, float* out1, const float* partial, int parts, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float* out = k == 0 ? out0 : out1;
+    if (!out) continue;
+    float s = 0.0f;
+    for (int p = 0; p < parts; ++p) s += partial[(std::int64_t(k) * parts + p) * C + c];
+    out[c] += s;
+  }
+}
+
+template <int K, class Term>
+void sum_over_rows(float* out0, float* out1, Term term, int N, int C, float* scratch, cudaStream_t stream,
+                   const char* partials_name, const char* finish_name) {
+  const int parts = reduction_parts(N);
+  const dim3 grid(unsigned(parts), unsigned(ceil_div(C, kColTile)));
+  column_partials_kernel<K><<<grid, dim3(kColTile, kColRowLanes), 0, stream>>>(scratch, term, N, C, parts);
+  check_cuda(cudaGetLastError(), partials_name);
+  column_finish_kernel<K><<<unsigned(ceil_div(C, kThreads)), kThreads, 0, stream>>>(out0, out1, scratch, parts, C);
+  check_cuda(cudaGetLastError(), finish_name);
+}
+
+// ---------------------------------------------------------------------------------------------
+// GELU (tanh approximation) and casts: a thread per chunk of kVec elements; the last, partial
+// chunk and unaligned buffers take the scalar path.
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+__device__ __forceinline__ float gelu(float v) {
+  return 0.5f * v * (1.0f + tanhf(kGeluScale * (v + kGeluCubic * v * v * v)));  // tanhf: tracks the CPU formula
+}
+
+__device__ __forceinline__ float gelu_grad(float v) {
+  const float th = tanhf(kGeluScale * (v + kGeluCubic * v * v * v));
+  const float sech2 = 1.0f - th * th;
+  return 0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
+}
+
+// Calls f(v) on the chunk's values in place: v holds float(in); f's results are stored to out.
+template <class Out, class In, class F>
+__device__ __forceinline__ void map_chunk(Out* out, const In* in, std::int64_t n, bool vec, F f) {
+  const std::int64_t i0 = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
+  if (i0 >= n) return;
+  if (vec && i0 + kVec <= n) {
+    float v[kVec];
+    load<kVec>(v, in + i0);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[k] = f(v[k], i0 + k);
+    store<kVec>(out + i0, v);
+  } else {
+    for (std::int64_t i = i0; i < n && i < i0 + kVec; ++i) {
+      float v[1];
+      load<1>(v, in + i);
+      v[0] = f(v[0], i);
+      store<1>(out + i, v);
+    }
+  }
+}
+
+__global__ void gelu_forward_kernel(bf16_t* out, const bf16_t* in, std::int64_t n, bool vec) {
+  map_chunk(out, in, n, vec, [](float v, std::int64_t) { return gelu(v); });
+}
+
+// Reads in[i] inside f: the chunk of d_out is loaded first, so d_in may alias d_out.
+__global__ void gelu_backward_kernel(bf16_t* d_in, const bf16_t* in, const bf16_t* d_out, std::int64_t n, bool vec) {
+  map_chunk(d_in, d_out, n, vec, [in](float g, std::int64_t i) { return g * gelu_grad(__bfloat162float(in[i])); });
+}
+
+__global__ void cast_to_bf16_kernel(bf16_t* out, const float* in, std::int64_t n, bool vec) {
+  map_chunk(out, in, n, vec, [](float v, std::int64_t) { return v; });
+}
+
+__global__ void cast_to_f32_kernel(float* out, const bf16_t* in, std::int64_t n, bool vec) {
+  map_chunk(out, in, n, vec, [](float v, std::int64_t) { return v; });
+}
+
+unsigned chunk_blocks(std::int64_t n) { return unsigned(ceil_div(ceil_div(n, kVec), kThreads)); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Launchers
+
+void encoder_forward(float* x, const int* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                     cudaStream_t stream) {
+  const std::int64_t N = std::int64_t(B) * T;
+  if (N == 0 || C == 0) return;
+  if (vector_ok(C, {x, wte, wpe})) {
+    const std::int64_t chunks = N * (C / kVec);
+    encoder_forward_kernel<kVec><<<unsigned(ceil_div(chunks, kThreads)), kThreads, 0, stream>>>(x, tokens, wte, wpe, T, C, chunks);
+  } else {
+    const std::int64_t chunks = N * C;
+    encoder_forward_kernel<1><<<unsigned(ceil_div(chunks, kThreads)), kThreads, 0, stream>>>(x, tokens, wte, wpe, T, C, chunks);
+  }
+  check_cuda(cudaGetLastError(), "encoder_forward_kernel");
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dx, const int* token_ids, const int* token_offsets,
+                      const int* token_rows, int distinct, int B, int T, int C, cudaStream_t stream) {
+  if (C == 0) return;
+  if (std::int64_t(T) * C > 0) {
+    encoder_backward_wpe_kernel<<<unsigned(ceil_div(std::int64_t(T) * C, kThreads)), kThreads, 0, stream>>>(dwpe, dx, B, T, C);
+    check_cuda(cudaGetLastError(), "encoder_backward_wpe_kernel");
+  }
+  if (distinct > 0) {
+    encoder_backward_wte_kernel<<<unsigned(ceil_div(std::int64_t(distinct) * C, kThreads)), kThreads, 0, stream>>>(
+        dwte, dx, token_ids, token_offsets, token_rows, distinct, C);
+    check_cuda(cudaGetLastError(), "encoder_backward_wte_kernel");
+  }
+}
+
+void layernorm_forward(bf16_t* ln_out, float* mean, float* rstd, float* residual_out, const float* residual_in,
+                       const bf16_t* branch, const float* weight, const float* bias, int N, int C, float eps,
+                       cudaStream_t stream) {
+  if (N == 0 || C == 0) return;
+  const dim3 block(32, kRowsPerBlock);
+  if (vector_ok(C, {ln_out, branch ? residual_out : nullptr, residual_in, branch, weight, bias}))
+    layernorm_forward_kernel<kVec><<<row_blocks(N), block, 0, stream>>>(ln_out, mean, rstd, residual_out, residual_in,
+                                                                        branch, weight, bias, N, C, eps);
+  else
+    layernorm_forward_kernel<1><<<row_blocks(N), block, 0, stream>>>(ln_out, mean, rstd, residual_out, residual_in, branch,
+                                                                     weight, bias, N, C, eps);
+  check_cuda(cudaGetLastError(), "layernorm_forward_kernel");
+}
+
+std::int64_t reduction_scratch_floats(int N, int C) {
+  // layernorm_backward keeps two [parts, C] partial arrays, bias_backward one; pass the widest C
+  // (the largest bias width) the scratch must serve.
+  return 2 * std::int64_t(reduction_parts(std::max(N, 1))) * std::max(C, 1);
+}
+
+void layernorm_backward(float* dx, bf16_t* dx_bf16, float* dweight, float* dbias, const float* d_ln, const float* x,
+                        const float* weight, const float* mean, const float* rstd, int N, int C, float* scratch,
+                        cudaStream_t stream) {
+  if (N == 0 || C == 0) return;
+  const dim3 block(32, kRowsPerBlock);
+  if (vector_ok(C, {dx, dx_bf16, d_ln, x, weight}))
+    layernorm_backward_dx_kernel<kVec><<<row_blocks(N), block, 0, stream>>>(dx, dx_bf16, d_ln, x, weight, mean, rstd, N, C);
+  else
+    layernorm_backward_dx_kernel<1><<<row_blocks(N), block, 0, stream>>>(dx, dx_bf16, d_ln, x, weight, mean, rstd, N, C);
+  check_cuda(cudaGetLastError(), "layernorm_backward_dx_kernel");
+  sum_over_rows<2>(dweight, dbias, LayerNormParamTerms{d_ln, x, mean, rstd, C}, N, C, scratch, stream,
+                   "column_partials_kernel (layernorm_backward)", "column_finish_kernel (layernorm_backward)");
+}
+
+void gelu_forward(bf16_t* out, const bf16_t* in, std::int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  gelu_forward_kernel<<<chunk_blocks(n), kThreads, 0, stream>>>(out, in, n, aligned16(out) && aligned16(in));
+  check_cuda(cudaGetLastError(), "gelu_forward_kernel");
+}
+
+void gelu_backward(bf16_t* d_in, const bf16_t* in, const bf16_t* d_out, std::int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  gelu_backward_kernel<<<chunk_blocks(n), kThreads, 0, stream>>>(d_in, in, d_out, n, aligned16(d_in) && aligned16(d_out));
+  check_cuda(cudaGetLastError(), "gelu_backward_kernel");
+}
+
+void cast_to_bf16(bf16_t* out, const float* in, std::int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  cast_to_bf16_kernel<<<chunk_blocks(n), kThreads, 0, stream>>>(out, in, n, aligned16(out) && aligned16(in));
+  check_cuda(cudaGetLastError(), "cast_to_bf16_kernel");
+}
+
+void cast_to_f32(float* out, const bf16_t* in, std::int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  cast_to_f32_kernel<<<chunk_blocks(n), kThreads, 0, stream>>>(out, in, n, aligned16(out) && aligned16(in));
+  check_cuda(cudaGetLastError(), "cast_to_f32_kernel");
+}
+
+void bias_backward(float* dbias, const bf16_t* d_out, int N, int C, float* scratch, cudaStream_t stream) {
+  if (N == 0 || C == 0) return;
+  sum_over_rows<1>(dbias, nullptr, BiasTerm{d_out, C}, N, C, scratch, stream, "column_partials_kernel (bias_backward)",
+                   "column_finish_kernel (bias_backward)");
+}
+
+}  // namespace stableflash::model::cuda

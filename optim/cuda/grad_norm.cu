@@ -1,0 +1,72 @@
+// Deterministic sums of squares (the global gradient norm, Muon's Frobenius norm) and scaling.
+//
+// Two passes, both with a fixed reduction tree: a grid of at most kMaxPartials blocks, each thread
+// summing a grid-stride slice in FP64 and the block folding its threads pairwise, then one block
+// folding the partials the same way. The grid size depends on n only, so the same n sums in the
+// same order every call: bitwise reproducible, without atomics.
+#include "optimizer_kernels.cuh"
+#include "stableflash/model/cuda/device_array.hpp"
+
+namespace stableflash::optim::cuda_detail {
+namespace {
+
+// Elements per thread the first pass aims at before it adds blocks: fewer partials to fold, and
+// long enough loops to hide the loads.
+constexpr std::int64_t kPerThread = 16;
+
+__device__ double square(float x) { return double(x) * double(x); }
+__device__ double square(__nv_bfloat16 x) { return square(__bfloat162float(x)); }
+
+// Sum of x over the block's threads, folded in the same tree every time. Call once per kernel.
+__device__ double block_sum(double x) {
+  __shared__ double s[kThreads];
+  s[threadIdx.x] = x;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
+    __syncthreads();
+  }
+  return s[0];
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) partial_sums_kernel(const T* x, std::int64_t n, double* partials) {
+  double acc = 0;
+  const std::int64_t stride = std::int64_t(gridDim.x) * kThreads;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) acc += square(x[i]);
+  const double total = block_sum(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void __launch_bounds__(kThreads) final_sum_kernel(const double* partials, int n, double* sum) {
+  double acc = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) acc += partials[i];
+  const double total = block_sum(acc);
+  if (threadIdx.x == 0) *sum = total;
+}
+
+__global__ void scale_kernel(float* x, std::int64_t n, float factor) {
+  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = __fmul_rn(x[i], factor);
+}
+
+}  // namespace
+
+template <class T>
+void launch_sum_squares(const T* x, std::int64_t n, double* partials, double* sum, cudaStream_t stream) {
+  const int blocks = int(std::clamp<std::int64_t>((n + kThreads * kPerThread - 1) / (kThreads * kPerThread), 1, kMaxPartials));
+  partial_sums_kernel<T><<<blocks, kThreads, 0, stream>>>(x, n, partials);
+  final_sum_kernel<<<1, kThreads, 0, stream>>>(partials, blocks, sum);
+  model::cuda::check_cuda(cudaGetLastError(), "sum-of-squares kernel launch");
+}
+
+template void launch_sum_squares<float>(const float*, std::int64_t, double*, double*, cudaStream_t);
+template void launch_sum_squares<__nv_bfloat16>(const __nv_bfloat16*, std::int64_t, double*, double*, cudaStream_t);
+
+void launch_scale(float* x, std::int64_t n, float factor, cudaStream_t stream) {
+  if (n <= 0) return;
+  scale_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(x, n, factor);
+  model::cuda::check_cuda(cudaGetLastError(), "gradient scale kernel launch");
+}
+
+}  // namespace stableflash::optim::cuda_detail

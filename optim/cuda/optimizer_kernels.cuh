@@ -1,0 +1,97 @@
+// Kernel launchers shared by the files of the CUDA optimizer (cuda_optimizer.cu drives them).
+// Private to optim/cuda: the public contract is stableflash/optim/cuda_optimizer.hpp.
+//
+// Arithmetic rule of every kernel here: each FP32 operation is written with an explicit
+// round-to-nearest intrinsic (__fmul_rn, __fadd_rn, ...), in the order of Optimizer<float> in
+// optim/optimizer.cpp. nvcc would otherwise contract a*b + c into one FMA, and the GPU state would
+// drift from the CPU twin by a rounding per operation; with the intrinsics it matches it wherever
+// the host compiler does not contract either.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "stableflash/model/cuda/blas.hpp"
+
+namespace stableflash::optim::cuda_detail {
+
+inline constexpr int kThreads = 256;
+
+// Grid of the grid-stride element-wise kernels: enough blocks to fill an H200 several times over,
+// capped so huge tensors loop instead of launching millions of blocks.
+inline unsigned elementwise_blocks(std::int64_t n) {
+  return unsigned(std::clamp<std::int64_t>((n + kThreads - 1) / kThreads, 1, 8192));
+}
+
+// ---- AdamW (adamw.cu) ----
+
+// One AdamW launch covers every AdamW tensor through this table: a block per chunk of at most
+// kAdamwChunk elements, so a 38M-element embedding and a 768-element LayerNorm weight share a
+// launch without one block doing all the work.
+inline constexpr std::int32_t kAdamwChunk = 1 << 16;
+struct AdamwChunk {
+  std::int64_t offset = 0;      // of the chunk's first element in the flat parameters
+  std::int32_t size = 0;        // 1..kAdamwChunk
+  std::int32_t apply_decay = 0;  // weight decay touches 2-D tensors only
+};
+
+// Per-step scalars, rounded to FP32 on the host exactly where Optimizer<float>::adamw_tensor rounds.
+struct AdamwScalars {
+  float beta1 = 0, one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0, eps = 0;
+  float bc2_sqrt = 0, step_size = 0, decay = 1;
+};
+
+struct AdamwBuffers {
+  float* params = nullptr;
+  __nv_bfloat16* params_bf16 = nullptr;
+  const float* grads = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+};
+
+void launch_adamw(const AdamwChunk* chunks, int n_chunks, const AdamwScalars& s, const AdamwBuffers& b, cudaStream_t stream);
+
+// ---- Deterministic sums of squares and scaling (grad_norm.cu) ----
+
+// The first pass writes at most kMaxPartials per-block sums; the count depends on n only, so the
+// summation order (hence every bit of the result) is fixed for a given n.
+inline constexpr int kMaxPartials = 1024;
+
+// *sum = sum of x[i]^2 over i < n in FP64. Squares of FP32 and BF16 values are exact in FP64, so
+// the only roundings are the additions, in a fixed order. `partials` holds kMaxPartials doubles.
+template <class T>
+void launch_sum_squares(const T* x, std::int64_t n, double* partials, double* sum, cudaStream_t stream);
+
+// x[i] = x[i] * factor (one FP32 rounding, as the CPU clip_grad_norm<float>).
+void launch_scale(float* x, std::int64_t n, float factor, cudaStream_t stream);
+
+// ---- Muon (muon.cu) ----
+
+struct MuonTensor {
+  std::int64_t offset = 0;
+  int rows = 0, cols = 0;
+};
+
+struct MuonScalars {
+  float mu = 0, one_minus_mu = 0;
+  bool nesterov = true;
+  float decay = 1, scaled_lr = 0;  // p = p * decay - scaled_lr * X
+  int ns_steps = 5;
+};
+
+// Device scratch for one tensor at a time: x, y hold [r, k] and gram, poly [r, r] (r <= k, the
+// wide orientation) of the largest Muon tensor; partials/sum as for launch_sum_squares.
+struct MuonScratch {
+  __nv_bfloat16 *x = nullptr, *y = nullptr, *gram = nullptr, *poly = nullptr;
+  double *partials = nullptr, *sum = nullptr;
+};
+
+// One Muon update of tensor t: momentum, Nesterov look-ahead, Newton-Schulz in BF16 and the
+// decayed, scaled update of params and its BF16 copy. All on blas.stream().
+void muon_tensor(const MuonTensor& t, const MuonScalars& s, float* params, __nv_bfloat16* params_bf16, const float* grads,
+                 float* momentum, const MuonScratch& scratch, model::cuda::Blas& blas);
+
+}  // namespace stableflash::optim::cuda_detail

@@ -1,0 +1,78 @@
+// The training benchmark (see bench.hpp). Batches are random token ids drawn once from a seed, so
+// no corpus is needed and nothing but the training step is timed.
+#include "stableflash/train/bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <vector>
+
+#include "engine.hpp"
+#include "stableflash/numerics/random.hpp"
+#include "stableflash/optim/optimizer.hpp"
+
+namespace stableflash::train {
+
+BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptions& o) {
+  config.validate();
+  if (o.steps < 5 || o.warmup_steps < 1) throw std::invalid_argument("bench train: --steps must be >= 5 and --warmup >= 1");
+  const TrainSettings& ts = config.train;
+  const int B = ts.batch_size, T = ts.seq_len;
+  const bool cuda = o.device == TrainDevice::cuda || (o.device == TrainDevice::automatic && cuda_training_available());
+  const std::int64_t memory_before = cuda ? cuda_memory_in_use() : -1;
+  const auto engine = cuda ? make_cuda_engine(config, o.gpu) : make_cpu_engine(config);
+  engine->init_weights(ts.seed);
+
+  // Eight micro-batches of random ids over the real vocabulary, reused in turn (as the peer does).
+  SplitMix64 rng(o.seed);
+  std::vector<std::vector<int>> tokens(8, std::vector<int>(std::size_t(B) * (T + 1)));
+  for (auto& seq : tokens)
+    for (int& t : seq) t = int(rng.next() % std::uint64_t(config.model.vocab_size));
+  std::vector<int> inputs(std::size_t(B) * T), targets(std::size_t(B) * T);
+  std::int64_t micro_index = 0;
+  auto step = [&](std::int64_t s) {
+    engine->zero_grad();
+    for (int micro = 0; micro < ts.grad_accum; ++micro) {
+      const auto& seq = tokens[std::size_t(micro_index++ % 8)];
+      for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t) {
+          inputs[std::size_t(b) * T + t] = seq[std::size_t(b) * (T + 1) + t];
+          targets[std::size_t(b) * T + t] = seq[std::size_t(b) * (T + 1) + t + 1];
+        }
+      engine->train_micro_batch(inputs, targets, B, T, 1.0f / float(ts.grad_accum));
+    }
+    const double loss = engine->take_loss_sum() / ts.grad_accum;
+    engine->clip_grad_norm(config.optim.grad_clip);
+    engine->optimizer_step(optim::learning_rate(config.optim, s));
+    return loss;
+  };
+
+  BenchTrainResult r;
+  r.device = engine->describe();
+  std::int64_t s = 0;
+  for (int i = 0; i < o.warmup_steps; ++i) r.last_loss = step(s++);
+  std::int64_t peak = cuda ? cuda_memory_in_use() : -1;
+  const int window = o.steps / 5;
+  std::vector<double> per_step;
+  for (int w = 0; w < 5; ++w) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < window; ++i) r.last_loss = step(s++);
+    engine->take_loss_sum();  // waits for the window's last optimizer step
+    per_step.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / window);
+    if (cuda) peak = std::max(peak, cuda_memory_in_use());
+  }
+  std::sort(per_step.begin(), per_step.end());
+  const double dt = per_step[2];
+  r.ms_per_step = dt * 1e3;
+  r.tokens_per_s = double(config.tokens_per_step()) / dt;
+  if (cuda) r.peak_memory_gib = double(peak - memory_before) / double(1ull << 30);
+  const auto layout = model::parameter_layout(config.model);
+  for (const auto& t : layout) r.parameters += t.size;
+  const double n_params = double(r.parameters - std::int64_t(config.model.block_size) * config.model.n_embd);  // without wpe
+  const double per_token = 6.0 * n_params + 12.0 * config.model.n_layer * config.model.n_embd * double(T);
+  r.model_flops_per_step = per_token * double(config.tokens_per_step());
+  r.mfu = r.model_flops_per_step / dt / 989e12;
+  return r;
+}
+
+}  // namespace stableflash::train

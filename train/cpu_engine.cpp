@@ -1,0 +1,64 @@
+// The CPU engine: Gpt2<float> and Optimizer<float> behind TrainingEngine (see engine.hpp).
+#include <omp.h>
+
+#include <utility>
+
+#include "engine.hpp"
+#include "stableflash/model/gpt2.hpp"
+#include "stableflash/optim/optimizer.hpp"
+
+namespace stableflash::train {
+namespace {
+
+class CpuEngine final : public TrainingEngine {
+ public:
+  CpuEngine(const TrainConfig& config, bool bf16_autocast)
+      : model_(config.model, config.layer_attention()), optimizer_(config.optim, model_.tensors()) {
+    if (bf16_autocast) model_.set_bf16_autocast(true);
+  }
+
+  std::string describe() const override { return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)"; }
+  bool asynchronous() const override { return false; }
+
+  void init_weights(std::uint64_t seed) override { model_.init_weights(seed); }
+  void load(const Checkpoint& checkpoint) override {
+    load_weights(checkpoint, model_);
+    load_optimizer(checkpoint, optimizer_);
+  }
+  TrainingSnapshot snapshot() override {
+    TrainingSnapshot s;
+    s.model_config = &model_.config();
+    s.tensors = &model_.tensors();
+    s.params = model_.params();
+    s.optimizer = optimizer_.config().kind;
+    s.steps_taken = optimizer_.steps_taken();
+    s.first_moment = optimizer_.first_moment();
+    s.second_moment = optimizer_.second_moment();
+    return s;
+  }
+
+  void zero_grad() override { model_.zero_grad(); }
+  void train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale) override {
+    loss_sum_ += double(model_.forward(tokens, targets, batch, len));
+    model_.backward(loss_scale);
+  }
+  void eval_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len) override {
+    loss_sum_ += double(model_.forward(tokens, targets, batch, len));
+  }
+  double take_loss_sum() override { return std::exchange(loss_sum_, 0.0); }
+  double clip_grad_norm(double max_norm) override { return optim::clip_grad_norm(model_.grads(), max_norm); }
+  void optimizer_step(double lr) override { optimizer_.step(model_.params(), model_.grads(), lr); }
+
+ private:
+  model::Gpt2<float> model_;
+  optim::Optimizer<float> optimizer_;
+  double loss_sum_ = 0.0;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainingEngine> make_cpu_engine(const TrainConfig& config, bool bf16_autocast) {
+  return std::make_unique<CpuEngine>(config, bf16_autocast);
+}
+
+}  // namespace stableflash::train

@@ -1,0 +1,56 @@
+// The trainer's view of a model and its optimizer on one device. The training loop
+// (trainer.cpp) is written once against this interface; the CPU engine wraps Gpt2<float> and
+// Optimizer<float>, the CUDA engine Gpt2Cuda and CudaOptimizer. Both hold the same state in the
+// same flat layout, so checkpoints written by one resume on the other.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "stableflash/train/checkpoint.hpp"
+#include "stableflash/train/config.hpp"
+
+namespace stableflash::train {
+
+class TrainingEngine {
+ public:
+  virtual ~TrainingEngine() = default;
+
+  // "cpu (N threads)" or "cuda:0 (NVIDIA H200)", for the run summary.
+  virtual std::string describe() const = 0;
+  // True when work is queued and runs while the host prepares the next batch (the GPU).
+  virtual bool asynchronous() const = 0;
+
+  virtual void init_weights(std::uint64_t seed) = 0;
+  // Weights and optimizer state from a checkpoint of the same config.
+  virtual void load(const Checkpoint& checkpoint) = 0;
+  // Host views of the weights and optimizer state, valid until the next call on the engine.
+  virtual TrainingSnapshot snapshot() = 0;
+
+  virtual void zero_grad() = 0;
+  // Forward and backward of one micro-batch: adds d(loss_scale * mean loss)/d(params) to the
+  // gradients and the micro-batch's mean loss to the loss sum.
+  virtual void train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale) = 0;
+  // Forward only; adds the mean loss to the loss sum.
+  virtual void eval_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len) = 0;
+  // The sum of mean losses since the last call, then reset (waits for queued work).
+  virtual double take_loss_sum() = 0;
+  // Global gradient-norm clipping (optim::clip_grad_norm's rule); returns the norm before clipping.
+  virtual double clip_grad_norm(double max_norm) = 0;
+  virtual void optimizer_step(double lr) = 0;
+};
+
+// bf16_autocast: the CPU model emulates BF16 autocast (Gpt2::set_bf16_autocast).
+std::unique_ptr<TrainingEngine> make_cpu_engine(const TrainConfig& config, bool bf16_autocast = false);
+// The CUDA engine on GPU `device`; throws std::runtime_error in a build without CUDA or where no
+// GPU is visible.
+std::unique_ptr<TrainingEngine> make_cuda_engine(const TrainConfig& config, int device);
+// True when this build has the CUDA trainer and a GPU is visible.
+bool cuda_training_available();
+// Bytes of the current GPU's memory in use by anyone (total - free; -1 without CUDA): the
+// benchmark's peak memory is its growth over the value before the engine existed.
+std::int64_t cuda_memory_in_use();
+
+}  // namespace stableflash::train
