@@ -18,9 +18,12 @@ BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptio
   if (o.steps < 5 || o.warmup_steps < 1) throw std::invalid_argument("bench train: --steps must be >= 5 and --warmup >= 1");
   const TrainSettings& ts = config.train;
   const int B = ts.batch_size, T = ts.seq_len;
-  const bool cuda = o.device == TrainDevice::cuda || (o.device == TrainDevice::automatic && cuda_training_available());
+  const World& world = o.world;
+  if (world.distributed() && ts.grad_accum % world.size != 0)
+    throw std::invalid_argument("bench train: train.grad_accum must be a multiple of the " + std::to_string(world.size) + " ranks");
+  const bool cuda = world.distributed() || o.device == TrainDevice::cuda || (o.device == TrainDevice::automatic && cuda_training_available());
   const std::int64_t memory_before = cuda ? cuda_memory_in_use() : -1;
-  const auto engine = cuda ? make_cuda_engine(config, o.gpu) : make_cpu_engine(config);
+  const auto engine = cuda ? make_cuda_engine(config, world.distributed() ? world.local_rank : o.gpu, world) : make_cpu_engine(config);
   engine->init_weights(ts.seed);
 
   // Eight micro-batches of random ids over the real vocabulary, reused in turn (as the peer does).
@@ -32,14 +35,14 @@ BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptio
   std::int64_t micro_index = 0;
   auto step = [&](std::int64_t s) {
     engine->zero_grad();
-    for (int micro = 0; micro < ts.grad_accum; ++micro) {
+    for (int micro = world.rank; micro < ts.grad_accum; micro += world.size) {
       const auto& seq = tokens[std::size_t(micro_index++ % 8)];
       for (int b = 0; b < B; ++b)
         for (int t = 0; t < T; ++t) {
           inputs[std::size_t(b) * T + t] = seq[std::size_t(b) * (T + 1) + t];
           targets[std::size_t(b) * T + t] = seq[std::size_t(b) * (T + 1) + t + 1];
         }
-      engine->train_micro_batch(inputs, targets, B, T, 1.0f / float(ts.grad_accum));
+      engine->train_micro_batch(inputs, targets, B, T, 1.0f / float(ts.grad_accum), micro + world.size >= ts.grad_accum);
     }
     const double loss = engine->take_loss_sum() / ts.grad_accum;
     engine->clip_grad_norm(config.optim.grad_clip);
@@ -49,6 +52,7 @@ BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptio
 
   BenchTrainResult r;
   r.device = engine->describe();
+  r.ranks = world.size;
   std::int64_t s = 0;
   for (int i = 0; i < o.warmup_steps; ++i) r.last_loss = step(s++);
   std::int64_t peak = cuda ? cuda_memory_in_use() : -1;
@@ -71,7 +75,8 @@ BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptio
   const double n_params = double(r.parameters - std::int64_t(config.model.block_size) * config.model.n_embd);  // without wpe
   const double per_token = 6.0 * n_params + 12.0 * config.model.n_layer * config.model.n_embd * double(T);
   r.model_flops_per_step = per_token * double(config.tokens_per_step());
-  r.mfu = r.model_flops_per_step / dt / 989e12;
+  r.mfu = r.model_flops_per_step / dt / 989e12 / world.size;  // per GPU
+  engine->finish();
   return r;
 }
 

@@ -38,7 +38,7 @@ class CpuEngine final : public TrainingEngine {
   }
 
   void zero_grad() override { model_.zero_grad(); }
-  void train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale) override {
+  void train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale, bool) override {
     loss_sum_ += double(model_.forward(tokens, targets, batch, len));
     model_.backward(loss_scale);
   }

@@ -11,6 +11,7 @@
 
 #include "stableflash/train/checkpoint.hpp"
 #include "stableflash/train/config.hpp"
+#include "stableflash/train/distributed.hpp"
 
 namespace stableflash::train {
 
@@ -31,22 +32,28 @@ class TrainingEngine {
 
   virtual void zero_grad() = 0;
   // Forward and backward of one micro-batch: adds d(loss_scale * mean loss)/d(params) to the
-  // gradients and the micro-batch's mean loss to the loss sum.
-  virtual void train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale) = 0;
+  // gradients and the micro-batch's mean loss to the loss sum. `last`: this rank's last micro-batch
+  // of the step (data parallel: the gradients are summed over the ranks during its backward).
+  virtual void train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale,
+                                 bool last) = 0;
   // Forward only; adds the mean loss to the loss sum.
   virtual void eval_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len) = 0;
-  // The sum of mean losses since the last call, then reset (waits for queued work).
+  // The sum of mean losses since the last call, over every rank, then reset (waits for queued work).
   virtual double take_loss_sum() = 0;
   // Global gradient-norm clipping (optim::clip_grad_norm's rule); returns the norm before clipping.
   virtual double clip_grad_norm(double max_norm) = 0;
   virtual void optimizer_step(double lr) = 0;
+
+  // Data parallel: this rank reached `step` (the watchdog's progress signal), and an orderly end.
+  virtual void heartbeat(std::int64_t /*step*/) {}
+  virtual void finish() {}
 };
 
 // bf16_autocast: the CPU model emulates BF16 autocast (Gpt2::set_bf16_autocast).
 std::unique_ptr<TrainingEngine> make_cpu_engine(const TrainConfig& config, bool bf16_autocast = false);
-// The CUDA engine on GPU `device`; throws std::runtime_error in a build without CUDA or where no
-// GPU is visible.
-std::unique_ptr<TrainingEngine> make_cuda_engine(const TrainConfig& config, int device);
+// The CUDA engine on GPU `device`, one rank of `world` (NCCL between the ranks when there are
+// several); throws std::runtime_error in a build without CUDA or where no GPU is visible.
+std::unique_ptr<TrainingEngine> make_cuda_engine(const TrainConfig& config, int device, const World& world = {});
 // True when this build has the CUDA trainer and a GPU is visible.
 bool cuda_training_available();
 // Bytes of the current GPU's memory in use by anyone (total - free; -1 without CUDA): the

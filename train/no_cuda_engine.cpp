@@ -5,7 +5,7 @@
 
 namespace stableflash::train {
 
-std::unique_ptr<TrainingEngine> make_cuda_engine(const TrainConfig&, int) {
+std::unique_ptr<TrainingEngine> make_cuda_engine(const TrainConfig&, int, const World&) {
   throw std::runtime_error("--device cuda: this build of stableflash has no CUDA support (rebuild where nvcc exists, or use --device cpu)");
 }
 

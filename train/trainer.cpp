@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <optional>
 
 #include "engine.hpp"
 #include "stableflash/data/atomic_file.hpp"
@@ -70,6 +71,14 @@ struct StepBatch {
 };
 
 std::unique_ptr<TrainingEngine> make_engine(const TrainConfig& config, const TrainOptions& options) {
+  const World& world = options.world;
+  if (world.distributed()) {
+    if (options.device == TrainDevice::cpu) throw std::invalid_argument("data-parallel training (WORLD_SIZE > 1) runs on GPUs only; drop --device cpu");
+    if (config.train.grad_accum % world.size != 0)
+      throw std::invalid_argument("train.grad_accum = " + std::to_string(config.train.grad_accum) + " must be a multiple of the " +
+                                  std::to_string(world.size) + " ranks: each rank trains grad_accum / ranks micro-batches of every step");
+    return make_cuda_engine(config, world.local_rank, world);
+  }
   const bool cuda = options.device == TrainDevice::cuda || (options.device == TrainDevice::automatic && cuda_training_available());
   if (cuda && options.cpu_bf16_autocast) throw std::invalid_argument("BF16 autocast emulation is a CPU option");
   return cuda ? make_cuda_engine(config, options.gpu) : make_cpu_engine(config, options.cpu_bf16_autocast);
@@ -96,7 +105,12 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
   header.window_tokens = T + 1;
 
   const auto engine = make_engine(config, options);
-  if (options.progress) std::fprintf(stderr, "  device: %s\n", engine->describe().c_str());
+  // Data parallel: every rank computes, rank 0 alone writes the run directory and reports.
+  const World& world = options.world;
+  const bool writer = world.rank == 0;
+  if (options.progress && writer)
+    std::fprintf(stderr, "  device: %s%s\n", engine->describe().c_str(),
+                 world.distributed() ? (", " + std::to_string(world.size) + " ranks").c_str() : "");
   TrainerState state;
   std::string last_checkpoint;
   if (options.resume) {
@@ -143,13 +157,17 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
                                std::to_string(ts.steps) + " (use --steps " + std::to_string(replay->steps.size()) + " or fewer)");
   }
 
-  fs::create_directories(options.run_dir);
   const std::string run = options.run_dir;
-  data::write_file_atomically(run + "/config.json", [&](std::ostream& o) { o << to_json(config); });
-  truncate_metrics(run + "/metrics.jsonl", state.step);
-  BatchLogWriter batch_log(run + "/batches.log", header, state.step);
-  std::ofstream metrics(run + "/metrics.jsonl", std::ios::app);
-  if (!metrics) throw std::runtime_error(run + "/metrics.jsonl: cannot open for appending");
+  std::optional<BatchLogWriter> batch_log;
+  std::ofstream metrics;
+  if (writer) {
+    fs::create_directories(options.run_dir);
+    data::write_file_atomically(run + "/config.json", [&](std::ostream& o) { o << to_json(config); });
+    truncate_metrics(run + "/metrics.jsonl", state.step);
+    batch_log.emplace(run + "/batches.log", header, state.step);
+    metrics.open(run + "/metrics.jsonl", std::ios::app);
+    if (!metrics) throw std::runtime_error(run + "/metrics.jsonl: cannot open for appending");
+  }
 
   // Held-out windows, fixed for the whole run so validation losses compare across steps.
   std::vector<data::WindowStart> val_windows;
@@ -159,7 +177,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
   }
   std::vector<int> inputs, targets;
   auto validate_loss = [&]() {
-    for (int k = 0; k < ts.val_batches; ++k) {
+    for (int k = world.rank; k < ts.val_batches; k += world.size) {
       fill_batch(*val_set, val_windows, std::size_t(k) * B, B, T, inputs, targets);
       engine->eval_micro_batch(inputs, targets, B, T);
     }
@@ -180,7 +198,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
     return b;
   };
 
-  Progress progress(options.progress, state.step, ts.steps, config.tokens_per_step());
+  Progress progress(options.progress && writer, state.step, ts.steps, config.tokens_per_step());
   TrainResult result;
   result.last_checkpoint = last_checkpoint;
   // On the GPU the next step's batch is read while this step's work runs (the host would
@@ -189,11 +207,14 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
   for (std::int64_t step = state.step; step < ts.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     StepBatch batch = prefetched.valid() ? prefetched.get() : load_step(step);
-    batch_log.append(step, batch.windows);
+    if (batch_log) batch_log->append(step, batch.windows);
+    engine->heartbeat(step);
 
     engine->zero_grad();
-    for (int micro = 0; micro < ts.grad_accum; ++micro)
-      engine->train_micro_batch(batch.inputs[std::size_t(micro)], batch.targets[std::size_t(micro)], B, T, 1.0f / float(ts.grad_accum));
+    // Rank r takes micro-batches r, r + ranks, ...: the step's windows do not depend on the world size.
+    for (int micro = world.rank; micro < ts.grad_accum; micro += world.size)
+      engine->train_micro_batch(batch.inputs[std::size_t(micro)], batch.targets[std::size_t(micro)], B, T, 1.0f / float(ts.grad_accum),
+                                micro + world.size >= ts.grad_accum);
     if (engine->asynchronous() && step + 1 < ts.steps) prefetched = std::async(std::launch::async, load_step, step + 1);
     StepMetrics m;
     m.step = step;
@@ -214,11 +235,13 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
     m.tokens_per_s = double(config.tokens_per_step()) / std::max(seconds, 1e-9);
     const bool last = step + 1 == ts.steps;
     if (val_set && ((step + 1) % ts.val_every == 0 || last)) m.val_loss = validate_loss();
-    metrics << metrics_line(m) << std::flush;
-    if (!metrics) throw std::runtime_error(run + "/metrics.jsonl: write failed");
+    if (writer) {
+      metrics << metrics_line(m) << std::flush;
+      if (!metrics) throw std::runtime_error(run + "/metrics.jsonl: write failed");
+    }
     state.step = step + 1;
     state.last_loss = m.loss;
-    if (last || (ts.checkpoint_every > 0 && (step + 1) % ts.checkpoint_every == 0)) {
+    if (writer && (last || (ts.checkpoint_every > 0 && (step + 1) % ts.checkpoint_every == 0))) {
       last_checkpoint = save_checkpoint(run, config, engine->snapshot(), state);
       result.last_checkpoint = last_checkpoint;
     }
@@ -227,6 +250,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
     if (options.on_step) options.on_step(m);
   }
   progress.finish();
+  engine->finish();
   return result;
 }
 

@@ -141,10 +141,12 @@ int run(const BenchCommand& c) {
 struct BenchTrainCommand {
   std::string preset = "gpt2-124m", config_file, device = "auto", json;
   std::vector<std::string> sets;
+  int gpus = 0;
   train::BenchTrainOptions options;
 };
 
 int run_train(const BenchTrainCommand& c) {
+  if (const int code = launch_ranks_if_asked(c.gpus); code >= 0) return code;
   train::ConfigSources sources;
   sources.preset = c.preset;
   sources.config_file = c.config_file;
@@ -152,20 +154,22 @@ int run_train(const BenchTrainCommand& c) {
   const train::TrainConfig config = train::build_config(sources);
   train::BenchTrainOptions o = c.options;
   o.device = c.device == "cuda" ? train::TrainDevice::cuda : c.device == "cpu" ? train::TrainDevice::cpu : train::TrainDevice::automatic;
+  o.world = train::world_from_environment();
   const train::BenchTrainResult r = train::bench_training(config, o);
-  std::printf("%s: %s, B %d x T %d x accumulation %d, %.1fM parameters: %.2f ms/step, %.0f tokens/s, peak memory %.2f GiB, "
-              "MFU %.1f%%, loss %.4f\n",
-              r.device.c_str(), config.preset.c_str(), config.train.batch_size, config.train.seq_len, config.train.grad_accum,
+  if (o.world.rank != 0) return 0;
+  std::printf("%s x %d: %s, B %d x T %d x accumulation %d, %.1fM parameters: %.2f ms/step, %.0f tokens/s, peak memory %.2f GiB "
+              "(rank 0), MFU %.1f%%, loss %.4f\n",
+              r.device.c_str(), r.ranks, config.preset.c_str(), config.train.batch_size, config.train.seq_len, config.train.grad_accum,
               double(r.parameters) / 1e6, r.ms_per_step, r.tokens_per_s, r.peak_memory_gib, 100.0 * r.mfu, r.last_loss);
   if (!c.json.empty()) {
     std::ofstream out(c.json, std::ios::app);
     if (!out) throw std::runtime_error(c.json + ": cannot open for appending");
     char line[1024];
     std::snprintf(line, sizeof line,
-                  "{\"bench\": \"train\", \"preset\": \"%s\", \"device\": \"%s\", \"B\": %d, \"T\": %d, \"grad_accum\": %d, "
+                  "{\"bench\": \"train\", \"preset\": \"%s\", \"device\": \"%s\", \"ranks\": %d, \"B\": %d, \"T\": %d, \"grad_accum\": %d, "
                   "\"deterministic\": %s, \"ms_per_step\": %.4f, \"tokens_per_s\": %.1f, \"peak_mem_gib\": %.3f, \"mfu\": %.4f, "
                   "\"loss\": %.6f, \"parameters\": %lld, \"method\": \"median of 5 windows\"}\n",
-                  config.preset.c_str(), r.device.c_str(), config.train.batch_size, config.train.seq_len, config.train.grad_accum,
+                  config.preset.c_str(), r.device.c_str(), r.ranks, config.train.batch_size, config.train.seq_len, config.train.grad_accum,
                   config.train.deterministic ? "true" : "false", r.ms_per_step, r.tokens_per_s, r.peak_memory_gib, r.mfu, r.last_loss,
                   static_cast<long long>(r.parameters));
     out << line;
@@ -189,6 +193,8 @@ Runner add_bench_command(CLI::App& app) {
   train_sub->add_option("--warmup", t->options.warmup_steps, "Untimed steps first")->capture_default_str();
   train_sub->add_option("--seed", t->options.seed, "Seed of the random tokens")->capture_default_str();
   train_sub->add_option("--json", t->json, "Append one JSON object to this file");
+  train_sub->add_option("--gpus", t->gpus, "Data parallel over N GPUs (one process each; set train.grad_accum to a multiple of N)")
+      ->check(CLI::Range(1, 1024));
   CLI::App* sub = bench->add_subcommand("attention", "TFLOP/s of the CUDA attention, forward and backward");
   sub->add_option("--shapes", c->shapes, "Comma-separated BxHxTxD:causal|full")->capture_default_str();
   sub->add_option("--numerics", c->numerics, "Comma-separated: fused, paper")->capture_default_str();

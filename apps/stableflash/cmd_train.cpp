@@ -18,6 +18,7 @@ struct TrainCommand {
   std::string preset, config_file, run_dir, replay, device = "auto";
   std::vector<std::string> sets;
   long long steps = 0;
+  int gpus = 0;
   bool resume = false, quiet = false, print_config = false;
 };
 
@@ -53,6 +54,10 @@ void print_summary(const train::TrainConfig& c, const std::string& run_dir) {
 
 int run(const TrainCommand& cmd) {
   std::string run_dir = cmd.run_dir;
+  if (cmd.gpus > 1 && run_dir.empty() && !cmd.print_config)
+    throw std::invalid_argument("--gpus needs --run-dir DIR (every rank must name the same run directory)");
+  if (const int code = launch_ranks_if_asked(cmd.gpus); code >= 0) return code;
+  const train::World world = train::world_from_environment();
   if (cmd.resume && run_dir.empty()) throw std::invalid_argument("--resume needs --run-dir DIR (the run to continue)");
   train::ConfigSources sources;
   sources.preset = cmd.preset;
@@ -66,14 +71,16 @@ int run(const TrainCommand& cmd) {
     return 0;
   }
   if (run_dir.empty()) run_dir = default_run_dir(config.preset);
-  if (!cmd.quiet) print_summary(config, run_dir);
+  if (!cmd.quiet && world.rank == 0) print_summary(config, run_dir);
   train::TrainOptions options;
   options.run_dir = run_dir;
   options.resume = cmd.resume;
   options.replay_log = cmd.replay;
   options.progress = !cmd.quiet;
+  options.world = world;
   options.device = cmd.device == "cuda" ? train::TrainDevice::cuda : cmd.device == "cpu" ? train::TrainDevice::cpu : train::TrainDevice::automatic;
   const auto result = train::run_training(config, options);
+  if (world.rank != 0) return 0;
   if (!result.steps.empty()) {
     const auto& last = result.steps.back();
     std::fprintf(stderr, "done: step %lld, loss %.4f%s; metrics in %s/metrics.jsonl, checkpoint %s\n", static_cast<long long>(last.step + 1),
@@ -97,6 +104,9 @@ Runner add_train_command(CLI::App& app) {
   sub->add_option("--run-dir", cmd->run_dir, "Run directory (default runs/PRESET-DATE-TIME)");
   sub->add_option("--device", cmd->device, "Where to train: cuda, cpu, or auto (the default: cuda when this build has it and a GPU is visible)")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  sub->add_option("--gpus", cmd->gpus, "Data parallel over N GPUs of this machine (one process per GPU, NCCL); "
+                                        "several machines: launch with torchrun or srun instead (docs/training.md)")
+      ->check(CLI::Range(1, 1024));
   sub->add_flag("--resume", cmd->resume, "Continue the run in --run-dir from its latest checkpoint");
   sub->add_option("--replay", cmd->replay, "Train on exactly the windows of this batch log (RUN/batches.log of an earlier run)")
       ->check(CLI::ExistingFile);

@@ -4,11 +4,18 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace stableflash::cli {
 
 // Registers a subcommand and returns the function that runs it once parsed (exit code).
 using Runner = std::function<int()>;
+// The command line this process was started with (argv), for commands that start copies of it.
+const std::vector<std::string>& program_arguments();
+// `--gpus N` (N > 1) outside a launched rank: runs N ranks of this command line without --gpus and
+// returns their exit code; otherwise returns -1 and the caller runs as one process.
+int launch_ranks_if_asked(int gpus);
 Runner add_attention_command(CLI::App& app);
 Runner add_audit_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);

@@ -5,8 +5,36 @@
 #include <string>
 
 #include "commands.hpp"
+#include "stableflash/train/distributed.hpp"
+
+namespace stableflash::cli {
+namespace {
+std::vector<std::string>& arguments() {
+  static std::vector<std::string> args;
+  return args;
+}
+}  // namespace
+
+const std::vector<std::string>& program_arguments() { return arguments(); }
+
+int launch_ranks_if_asked(int gpus) {
+  if (gpus <= 1 || train::world_from_environment().distributed()) return -1;
+  std::vector<std::string> args = {"/proc/self/exe"};
+  const auto& all = program_arguments();
+  for (std::size_t i = 1; i < all.size(); ++i) {
+    if (all[i] == "--gpus") {
+      ++i;  // and its value
+      continue;
+    }
+    if (all[i].starts_with("--gpus=")) continue;
+    args.push_back(all[i]);
+  }
+  return train::launch_local_ranks(gpus, args);
+}
+}  // namespace stableflash::cli
 
 int main(int argc, char** argv) {
+  stableflash::cli::arguments().assign(argv, argv + argc);
   CLI::App app{"stableflash: stable BF16 flash attention, its CPU oracle and the rounding-bias audit"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "stableflash 0.1.0");

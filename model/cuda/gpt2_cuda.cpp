@@ -111,6 +111,7 @@ struct Gpt2Cuda::Impl {
   } slots[2];
   int next_slot = 0;
   int distinct = 0;  // distinct token ids of the staged micro-batch
+  GradientReady gradient_ready;
   float* loss_host = nullptr;  // pinned
 
   std::int64_t n_max() const { return std::int64_t(max_batch) * len; }
@@ -292,6 +293,8 @@ void Gpt2Cuda::get_grads(std::span<float> host) const {
 
 void Gpt2Cuda::zero_grad() { impl_->grads.zero(impl_->stream); }
 
+void Gpt2Cuda::set_gradient_ready(GradientReady hook) { impl_->gradient_ready = std::move(hook); }
+
 std::int64_t Gpt2Cuda::device_bytes() const {
   std::size_t total = 0;
   const Impl& m = *impl_;
@@ -453,6 +456,9 @@ void Gpt2Cuda::Impl::backward(int batch, int seq) {
   d_res.zero(stream);
   cuda::layernorm_backward(d_res.get(), d_res16.get(), grad(lnf_w), grad(lnf_b), d_ln.get(), layers.back().res3.get(), param(lnf_w),
                            lnf_mean.get(), lnf_rstd.get(), int(N), C, scratch.get(), stream);
+  // The flat layout is [wte, wpe, layer 0, ..., layer L-1, ln_f]: each range below is contiguous.
+  const std::int64_t total = std::int64_t(params.size());
+  if (gradient_ready) gradient_ready(lnf_w, total - lnf_w);
   // d_res holds d loss / d (block output); the residual adds pass it through unchanged.
   for (int l = config.n_layer - 1; l >= 0; --l) {
     Layer& L = layers[std::size_t(l)];
@@ -502,9 +508,12 @@ void Gpt2Cuda::Impl::backward(int batch, int seq) {
     }
     cuda::layernorm_backward(d_res.get(), l == 0 ? nullptr : d_res16.get(), grad(o.ln1_w), grad(o.ln1_b), d_ln.get(), x,
                              param(o.ln1_w), L.ln1_mean.get(), L.ln1_rstd.get(), int(N), C, scratch.get(), stream);
+    const std::int64_t end = l + 1 == config.n_layer ? lnf_w : offsets[std::size_t(l) + 1].ln1_w;
+    if (gradient_ready) gradient_ready(o.ln1_w, end - o.ln1_w);
   }
   cuda::encoder_backward(grad(wte), grad(wpe), d_res.get(), batch_dev.get() + bl.ids(), batch_dev.get() + bl.offsets(),
                          batch_dev.get() + bl.rows(), distinct, batch, seq, C, stream);
+  if (gradient_ready) gradient_ready(0, offsets[0].ln1_w);
 }
 
 void Gpt2Cuda::train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale) {

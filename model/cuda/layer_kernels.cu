@@ -5,8 +5,9 @@
 //
 // Row kernels take a warp per row and walk the row in chunks of kVec elements with 16-byte
 // accesses when C % kVec == 0 and every pointer is 16-byte aligned, else one element at a time.
-// Sums over rows go through column_partials_kernel (fixed 64-row partitions) and
-// column_finish_kernel (partitions summed in ascending order): no floating-point atomics.
+// Sums over rows go through per-partition partial sums (fixed 64-row partitions: written by
+// column_partials_kernel, or by layernorm_backward_kernel as a by-product of its rows) and
+// column_finish_kernel (partitions summed in a fixed order): no floating-point atomics.
 #include "stableflash/model/cuda/layer_kernels.hpp"
 
 #include <algorithm>
@@ -28,7 +29,10 @@ constexpr int kThreads = 256;      // element-wise kernels
 constexpr int kRowsPerBlock = 4;   // row kernels: blockDim (32, kRowsPerBlock), a warp per row
 constexpr int kPartRows = 64;      // rows per deterministic partial sum; fixed, so bits do not depend on the device
 constexpr int kColTile = 32;       // columns per column_partials block (one coalesced warp-wide row segment)
-constexpr int kColRowLanes = 8;    // row lanes per column_partials block
+constexpr int kColRowLanes = 8;    // row lanes per column_partials / column_finish block
+constexpr int kLnWarps = 4;        // layernorm_backward_kernel: warps per block (one block per 64-row partition)
+constexpr int kLnMaxVecChunks = 4; // ... register-resident rows up to C = 4 * 32 * kVec (vector path)
+constexpr int kLnMaxScalarChunks = 24;  // ... and up to C = 24 * 32 (scalar path); wider rows take the two-kernel path
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 int reduction_parts(int N) { return int(ceil_div(N, kPartRows)); }
@@ -185,6 +189,110 @@ __global__ void layernorm_backward_dx_kernel(float* dx, bf16_t* dx_bf16, const f
   }
 }
 
+// The whole LayerNorm backward for one 64-row partition p (rows [p * kPartRows, (p + 1) * kPartRows)):
+// block (32, kLnWarps), warp v takes rows p * kPartRows + v, + kLnWarps, ... in ascending order.
+// Lane l owns the columns j * 32 * W + l * W + [0, W) for chunks j < kChunks (those < C), so a
+// row's d_ln, x and dx sit in registers (E = W * kChunks floats each per lane): they are read from
+// memory once. The per-row math is the one of layernorm_backward_dx_kernel, term for term. The
+// weight and bias terms norm * d_ln and d_ln are summed per lane over the warp's rows (ascending),
+// then over the warps (ascending, through shared memory) into partial[k][p][c], the layout of
+// column_partials_kernel; column_finish_kernel adds the partitions. Every order is fixed.
+template <int W, int kChunks>
+__global__ void __launch_bounds__(32 * kLnWarps)
+    layernorm_backward_kernel(float* dx, bf16_t* dx_bf16, float* partial, const float* d_ln, const float* x,
+                              const float* weight, const float* mean, const float* rstd, int N, int C, int parts) {
+  constexpr int E = W * kChunks;
+  constexpr int kChunkCols = 32 * W;
+  __shared__ float red[2][kLnWarps][kChunkCols];
+  const int lane = threadIdx.x, warp = threadIdx.y;
+  const int p = blockIdx.x;
+
+  float w[E], acc_w[E], acc_b[E];
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int c = j * kChunkCols + lane * W;
+    float t[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) t[k] = 0.0f;
+    if (c < C) load<W>(t, weight + c);  // W == kVec: C % W == 0, so a chunk is wholly inside or outside
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[j * W + k] = t[k], acc_w[j * W + k] = 0.0f, acc_b[j * W + k] = 0.0f;
+  }
+
+  const int n_end = min(N, (p + 1) * kPartRows);
+  for (int n = p * kPartRows + warp; n < n_end; n += kLnWarps) {  // whole warps: warp_sum sees full warps
+    const std::int64_t row = std::int64_t(n) * C;
+    const float m = mean[n], s = rstd[n];
+    float g[E], nrm[E], d[E];
+    // All loads of the row first (d_ln, x, dx): one memory latency per row.
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int c = j * kChunkCols + lane * W;
+      float tg[W], tx[W], td[W];
+#pragma unroll
+      for (int k = 0; k < W; ++k) tg[k] = 0.0f, tx[k] = 0.0f, td[k] = 0.0f;
+      if (c < C) {
+        load<W>(tg, d_ln + row + c);
+        load<W>(tx, x + row + c);
+        load<W>(td, dx + row + c);
+      }
+#pragma unroll
+      for (int k = 0; k < W; ++k) g[j * W + k] = tg[k], nrm[j * W + k] = tx[k], d[j * W + k] = td[k];
+    }
+    float sum_dnorm = 0.0f, sum_dnorm_norm = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      if (j * kChunkCols + lane * W >= C) continue;
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        const int e = j * W + k;
+        nrm[e] = (nrm[e] - m) * s;  // x -> norm
+        const float dnorm = w[e] * g[e];
+        sum_dnorm += dnorm;
+        sum_dnorm_norm += dnorm * nrm[e];
+      }
+    }
+    const float mean_dnorm = warp_sum(sum_dnorm) / float(C);
+    const float mean_dnorm_norm = warp_sum(sum_dnorm_norm) / float(C);
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int c = j * kChunkCols + lane * W;
+      if (c >= C) continue;
+      float out[W];
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        const int e = j * W + k;
+        out[k] = d[e] + (w[e] * g[e] - mean_dnorm - nrm[e] * mean_dnorm_norm) * s;
+        acc_w[e] += nrm[e] * g[e];
+        acc_b[e] += g[e];
+      }
+      store<W>(dx + row + c, out);
+      if (dx_bf16) store<W>(dx_bf16 + row + c, out);
+    }
+  }
+
+  // Sum the warps' partition sums in ascending warp order, a chunk of columns at a time.
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      red[0][warp][lane * W + k] = acc_w[j * W + k];
+      red[1][warp][lane * W + k] = acc_b[j * W + k];
+    }
+    __syncthreads();
+    for (int t = warp * 32 + lane; t < kChunkCols; t += 32 * kLnWarps) {
+      const int c = j * kChunkCols + t;
+      if (c >= C) continue;
+      float sw = 0.0f, sb = 0.0f;
+#pragma unroll
+      for (int v = 0; v < kLnWarps; ++v) sw += red[0][v][t], sb += red[1][v][t];
+      partial[std::int64_t(p) * C + c] = sw;                        // [2, parts, C]: k = 0
+      partial[(std::int64_t(parts) + p) * C + c] = sb;              // k = 1
+    }
+    __syncthreads();  // red is rewritten by the next chunk
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Deterministic sums over rows: partial[k][p][c] = sum of term_k(n, c) over the rows n of
 // partition p (rows [p * kPartRows, (p + 1) * kPartRows)), then out_k[c] += sum over p ascending.
@@ -241,17 +349,31 @@ __global__ void column_partials_kernel(float* partial, Term term, int N, int C, 
   }
 }
 
-// out_k[c] += sum over partitions ascending; a null out_k is skipped.
+// out_k[c] += sum over the partitions; a null out_k is skipped. grid ceil(C / kColTile), block
+// (kColTile, kColRowLanes): row lane r sums partitions r, r + kColRowLanes, ... in ascending order
+// (independent loads, so a few hundred partitions cost a few memory latencies, not one each),
+// then thread row 0 adds the lanes in ascending order and the sum to out_k[c].
 template <int K>
 __global__ void column_finish_kernel(float* out0, float* out1, const float* partial, int parts, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float lanes[K][kColRowLanes][kColTile];
+  const int c = blockIdx.x * kColTile + threadIdx.x;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float s = 0.0f;
+    if (c < C && (k == 0 ? out0 : out1)) {
+#pragma unroll 8
+      for (int p = threadIdx.y; p < parts; p += kColRowLanes) s += partial[(std::int64_t(k) * parts + p) * C + c];
+    }
+    lanes[k][threadIdx.y][threadIdx.x] = s;
+  }
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     float* out = k == 0 ? out0 : out1;
     if (!out) continue;
     float s = 0.0f;
-    for (int p = 0; p < parts; ++p) s += partial[(std::int64_t(k) * parts + p) * C + c];
+    for (int j = 0; j < kColRowLanes; ++j) s += lanes[k][j][threadIdx.x];
     out[c] += s;
   }
 }
@@ -263,8 +385,32 @@ void sum_over_rows(float* out0, float* out1, Term term, int N, int C, float* scr
   const dim3 grid(unsigned(parts), unsigned(ceil_div(C, kColTile)));
   column_partials_kernel<K><<<grid, dim3(kColTile, kColRowLanes), 0, stream>>>(scratch, term, N, C, parts);
   check_cuda(cudaGetLastError(), partials_name);
-  column_finish_kernel<K><<<unsigned(ceil_div(C, kThreads)), kThreads, 0, stream>>>(out0, out1, scratch, parts, C);
+  column_finish_kernel<K><<<unsigned(ceil_div(C, kColTile)), dim3(kColTile, kColRowLanes), 0, stream>>>(out0, out1, scratch,
+                                                                                                     parts, C);
   check_cuda(cudaGetLastError(), finish_name);
+}
+
+// layernorm_backward_kernel<W, kChunks> with the fewest chunks that cover C (kChunks from the
+// instantiated list), then the partition sums; false when C is too wide for every instance.
+template <int W, int kChunks, int... kMore>
+bool launch_layernorm_backward(float* dx, bf16_t* dx_bf16, float* dweight, float* dbias, const float* d_ln,
+                               const float* x, const float* weight, const float* mean, const float* rstd, int N, int C,
+                               float* scratch, cudaStream_t stream) {
+  if (C > kChunks * 32 * W) {
+    if constexpr (sizeof...(kMore) > 0)
+      return launch_layernorm_backward<W, kMore...>(dx, dx_bf16, dweight, dbias, d_ln, x, weight, mean, rstd, N, C, scratch,
+                                                   stream);
+    else
+      return false;
+  }
+  const int parts = reduction_parts(N);
+  layernorm_backward_kernel<W, kChunks><<<unsigned(parts), dim3(32, kLnWarps), 0, stream>>>(
+      dx, dx_bf16, scratch, d_ln, x, weight, mean, rstd, N, C, parts);
+  check_cuda(cudaGetLastError(), "layernorm_backward_kernel");
+  column_finish_kernel<2><<<unsigned(ceil_div(C, kColTile)), dim3(kColTile, kColRowLanes), 0, stream>>>(dweight, dbias,
+                                                                                                     scratch, parts, C);
+  check_cuda(cudaGetLastError(), "column_finish_kernel (layernorm_backward)");
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -381,8 +527,16 @@ void layernorm_backward(float* dx, bf16_t* dx_bf16, float* dweight, float* dbias
                         const float* weight, const float* mean, const float* rstd, int N, int C, float* scratch,
                         cudaStream_t stream) {
   if (N == 0 || C == 0) return;
+  // One pass over the rows, the row in registers (the usual case: C <= 1024).
+  const bool vec = vector_ok(C, {dx, dx_bf16, d_ln, x, weight});
+  if (vec ? launch_layernorm_backward<kVec, 1, 2, 3, kLnMaxVecChunks>(dx, dx_bf16, dweight, dbias, d_ln, x, weight, mean,
+                                                                      rstd, N, C, scratch, stream)
+          : launch_layernorm_backward<1, 1, 8, kLnMaxScalarChunks>(dx, dx_bf16, dweight, dbias, d_ln, x, weight, mean,
+                                                                   rstd, N, C, scratch, stream))
+    return;
+  // Wider rows: dx a warp per row, then the weight and bias sums in a second pass over d_ln and x.
   const dim3 block(32, kRowsPerBlock);
-  if (vector_ok(C, {dx, dx_bf16, d_ln, x, weight}))
+  if (vec)
     layernorm_backward_dx_kernel<kVec><<<row_blocks(N), block, 0, stream>>>(dx, dx_bf16, d_ln, x, weight, mean, rstd, N, C);
   else
     layernorm_backward_dx_kernel<1><<<row_blocks(N), block, 0, stream>>>(dx, dx_bf16, d_ln, x, weight, mean, rstd, N, C);

@@ -14,7 +14,7 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamwChunk* chunk
   const float decay = c.apply_decay ? s.decay : 1.0f;
   for (std::int32_t j = threadIdx.x; j < c.size; j += kThreads) {
     const std::int64_t i = c.offset + j;
-    const float g = b.grads[i];
+    const float g = __fmul_rn(b.grads[i], s.grad_scale);  // lazy clipping: FP32(g * factor), as an in-place clip
     const float p = __fmul_rn(b.params[i], decay);
     const float m = __fadd_rn(__fmul_rn(s.beta1, b.m[i]), __fmul_rn(s.one_minus_beta1, g));
     const float v = __fadd_rn(__fmul_rn(s.beta2, b.v[i]), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));

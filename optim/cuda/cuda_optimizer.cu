@@ -33,6 +33,7 @@ struct CudaOptimizer::Impl {
   DeviceArray<__nv_bfloat16> x, y, gram, poly;
   DeviceArray<double> partials, sum;
   double* host_sum = nullptr;  // pinned, so the norm's copy is a true async copy on the stream
+  float clip_factor = 1.0f;    // set by clip_grad_norm, applied to the gradients by the next step()
 
   cudaStream_t stream() const { return blas.stream(); }
 };
@@ -79,20 +80,24 @@ CudaOptimizer::CudaOptimizer(const OptimizerConfig& config, const std::vector<mo
 
 CudaOptimizer::~CudaOptimizer() = default;
 
-double CudaOptimizer::clip_grad_norm(float* grads, double max_norm) {
+double CudaOptimizer::clip_grad_norm(const float* grads, double max_norm) {
   Impl& s = *impl_;
   const cudaStream_t stream = s.stream();
   cuda_detail::launch_sum_squares(grads, s.total, s.partials.get(), s.sum.get(), stream);
   check_cuda(cudaMemcpyAsync(s.host_sum, s.sum.get(), sizeof(double), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (gradient norm)");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (gradient norm)");
   const double norm = std::sqrt(*s.host_sum);
-  if (max_norm > 0 && norm > max_norm) cuda_detail::launch_scale(grads, s.total, float(max_norm / (norm + 1e-6)), stream);
+  // Lazy clipping: no pass over the gradients here; step() multiplies each one by the factor as it
+  // reads it (the same FP32 product an in-place rescale would store).
+  s.clip_factor = max_norm > 0 && norm > max_norm ? float(max_norm / (norm + 1e-6)) : 1.0f;
   return norm;
 }
 
 void CudaOptimizer::step(float* params, __nv_bfloat16* params_bf16, const float* grads, double lr) {
   Impl& s = *impl_;
   ++t_;
+  const float grad_scale = s.clip_factor;
+  s.clip_factor = 1.0f;  // used by this step only
   // As Optimizer<float>::adamw_tensor: constants cast to FP32 one by one, 1 - beta and lr / bc1
   // then computed in FP32.
   cuda_detail::AdamwScalars a;
@@ -105,6 +110,7 @@ void CudaOptimizer::step(float* params, __nv_bfloat16* params_bf16, const float*
   a.bc2_sqrt = float(std::sqrt(1 - std::pow(config_.beta2, double(t_))));
   a.step_size = float(lr) / bc1;
   a.decay = float(1 - lr * config_.weight_decay);
+  a.grad_scale = grad_scale;
   cuda_detail::launch_adamw(s.chunks.get(), s.n_chunks, a, {params, params_bf16, grads, s.m.get(), s.v.get()}, s.stream());
 
   if (s.muon.empty()) return;
@@ -114,6 +120,7 @@ void CudaOptimizer::step(float* params, __nv_bfloat16* params_bf16, const float*
   mu.nesterov = config_.muon_nesterov;
   mu.decay = float(1 - lr * config_.weight_decay);
   mu.ns_steps = config_.muon_ns_steps;
+  mu.grad_scale = grad_scale;
   const cuda_detail::MuonScratch scratch{s.x.get(), s.y.get(), s.gram.get(), s.poly.get(), s.partials.get(), s.sum.get()};
   for (const auto& t : s.muon) {
     mu.scaled_lr = float(lr * muon_rms_scale(t.rows, t.cols));

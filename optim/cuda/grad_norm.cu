@@ -1,4 +1,5 @@
-// Deterministic sums of squares (the global gradient norm, Muon's Frobenius norm) and scaling.
+// Deterministic sums of squares (the global gradient norm, Muon's Frobenius norm). Clipping
+// itself is lazy (the optimizer kernels scale each gradient as they read it).
 //
 // Two passes, both with a fixed reduction tree: a grid of at most kMaxPartials blocks, each thread
 // summing a grid-stride slice in FP64 and the block folding its threads pairwise, then one block
@@ -45,11 +46,6 @@ __global__ void __launch_bounds__(kThreads) final_sum_kernel(const double* parti
   if (threadIdx.x == 0) *sum = total;
 }
 
-__global__ void scale_kernel(float* x, std::int64_t n, float factor) {
-  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
-  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = __fmul_rn(x[i], factor);
-}
-
 }  // namespace
 
 template <class T>
@@ -62,11 +58,5 @@ void launch_sum_squares(const T* x, std::int64_t n, double* partials, double* su
 
 template void launch_sum_squares<float>(const float*, std::int64_t, double*, double*, cudaStream_t);
 template void launch_sum_squares<__nv_bfloat16>(const __nv_bfloat16*, std::int64_t, double*, double*, cudaStream_t);
-
-void launch_scale(float* x, std::int64_t n, float factor, cudaStream_t stream) {
-  if (n <= 0) return;
-  scale_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(x, n, factor);
-  model::cuda::check_cuda(cudaGetLastError(), "gradient scale kernel launch");
-}
 
 }  // namespace stableflash::optim::cuda_detail

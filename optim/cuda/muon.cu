@@ -16,6 +16,7 @@ namespace {
 // The CPU's newton_schulz coefficients (quintic, Muon's), as the FP32 alpha/beta the GEMM takes.
 constexpr float kA = 3.4445f, kB = -4.7750f, kC = 2.0315f;
 
+// g = FP32(grad * grad_scale) (lazy clipping, the value an in-place clip would have stored);
 // buf.lerp_(g, 1 - mu); G = g.lerp(buf, mu) with Nesterov (else buf), stored as BF16 in the wide
 // orientation [r, k]: transposed when the tensor is tall, as newton_schulz transposes it. The
 // transposed store is uncoalesced; the matrices are small next to the GEMMs that follow.
@@ -23,7 +24,7 @@ __global__ void momentum_kernel(const float* g, float* buf, __nv_bfloat16* x, in
   const std::int64_t n = std::int64_t(rows) * cols;
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float gi = g[i];
+    const float gi = __fmul_rn(g[i], s.grad_scale);
     const float b = __fadd_rn(buf[i], __fmul_rn(s.one_minus_mu, __fsub_rn(gi, buf[i])));
     buf[i] = b;
     const float look = s.nesterov ? __fadd_rn(gi, __fmul_rn(s.mu, __fsub_rn(b, gi))) : b;

@@ -39,9 +39,12 @@ struct AdamwChunk {
 };
 
 // Per-step scalars, rounded to FP32 on the host exactly where Optimizer<float>::adamw_tensor rounds.
+// grad_scale: the pending clipping factor; each gradient is read as FP32(g * grad_scale), the value
+// an in-place clip would have stored (1 when not clipping: g * 1 == g, no flush-to-zero here).
 struct AdamwScalars {
   float beta1 = 0, one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0, eps = 0;
   float bc2_sqrt = 0, step_size = 0, decay = 1;
+  float grad_scale = 1;
 };
 
 struct AdamwBuffers {
@@ -54,7 +57,7 @@ struct AdamwBuffers {
 
 void launch_adamw(const AdamwChunk* chunks, int n_chunks, const AdamwScalars& s, const AdamwBuffers& b, cudaStream_t stream);
 
-// ---- Deterministic sums of squares and scaling (grad_norm.cu) ----
+// ---- Deterministic sums of squares (grad_norm.cu) ----
 
 // The first pass writes at most kMaxPartials per-block sums; the count depends on n only, so the
 // summation order (hence every bit of the result) is fixed for a given n.
@@ -64,9 +67,6 @@ inline constexpr int kMaxPartials = 1024;
 // the only roundings are the additions, in a fixed order. `partials` holds kMaxPartials doubles.
 template <class T>
 void launch_sum_squares(const T* x, std::int64_t n, double* partials, double* sum, cudaStream_t stream);
-
-// x[i] = x[i] * factor (one FP32 rounding, as the CPU clip_grad_norm<float>).
-void launch_scale(float* x, std::int64_t n, float factor, cudaStream_t stream);
 
 // ---- Muon (muon.cu) ----
 
@@ -80,6 +80,7 @@ struct MuonScalars {
   bool nesterov = true;
   float decay = 1, scaled_lr = 0;  // p = p * decay - scaled_lr * X
   int ns_steps = 5;
+  float grad_scale = 1;  // the pending clipping factor, as AdamwScalars::grad_scale
 };
 
 // Device scratch for one tensor at a time: x, y hold [r, k] and gram, poly [r, r] (r <= k, the

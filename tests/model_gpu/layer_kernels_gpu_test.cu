@@ -301,8 +301,15 @@ TEST(LayerNormGpu, ForwardMatchesCpuAndIsDeterministic) {
 
 TEST(LayerNormGpu, BackwardMatchesCpuAndIsDeterministic) {
   SF_REQUIRE_GPU();
+  // kOddShapes, then widths that pick every instance of the one-pass kernel (16-byte path with
+  // 1..4 chunks of 256 columns per row; scalar path (C % 8 != 0) with 1, 8 and 24 chunks of 32)
+  // and the two-kernel path for rows wider than 1024, over several 64-row partitions.
+  std::vector<Shape> shapes(std::begin(kOddShapes), std::end(kOddShapes));
+  for (const Shape s : {Shape{200, 512}, Shape{130, 1024}, Shape{129, 100}, Shape{65, 700}, Shape{70, 1032}, Shape{3, 2052},
+                        Shape{64, 768}, Shape{128, 256}})
+    shapes.push_back(s);
   int variant = 0;
-  for (const Shape s : kOddShapes) {
+  for (const Shape s : shapes) {
     ++variant;
     const bool with_dbias = variant % 3 != 0, with_bf16 = variant % 2 == 1;
     const int N = s.N, C = s.C;

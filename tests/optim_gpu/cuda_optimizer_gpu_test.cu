@@ -463,17 +463,105 @@ TEST(CudaOptimizerGpu, ClipGradNormIsDeterministicAndMatchesFp64) {
     EXPECT_LE(std::abs(norm - want), double(n + 1) * 0x1p-52 * want) << "n = " << n;
 
     EXPECT_EQ(gpu.clip_grad_norm(dev.grads(), 2 * norm), norm);
-    EXPECT_EQ(dev.get_grads(), g) << "n = " << n << ": below max_norm nothing is scaled";
+    EXPECT_EQ(dev.get_grads(), g) << "n = " << n << ": clip_grad_norm never writes the gradients";
 
+    // Clipping is lazy: the gradients stay unscaled in memory, and step() applies FP32(g * factor)
+    // as it reads them, so the update equals step() on gradients pre-scaled on the host, bit for bit.
     const double max_norm = norm / 3;
     const double before = gpu.clip_grad_norm(dev.grads(), max_norm);
     EXPECT_EQ(std::memcmp(&before, &norm, sizeof norm), 0) << "n = " << n << ": the returned norm is the one before clipping";
+    EXPECT_EQ(dev.get_grads(), g) << "n = " << n << ": clip_grad_norm must not rescale the gradients in place";
     const float factor = float(max_norm / (norm + 1e-6));
-    const auto scaled = dev.get_grads();
-    std::int64_t bad = 0;
-    for (std::size_t i = 0; i < g.size(); ++i) bad += bits_of(scaled[i]) != bits_of(g[i] * factor);
-    EXPECT_EQ(bad, 0) << "n = " << n << ": clipped gradients are not FP32(g * factor)";
+    std::vector<float> scaled(g.size());
+    for (std::size_t i = 0; i < g.size(); ++i) scaled[i] = g[i] * factor;
+    CudaOptimizer ref(OptimizerConfig{}, tensors, blas);
+    DeviceModel dev_ref(n);
+    const auto p0 = normal_floats(n, 20 + std::uint64_t(n), 0.1);
+    dev.set_params(p0);
+    dev_ref.set_params(p0);
+    dev_ref.set_grads(scaled);
+    gpu.step(dev.params(), dev.params_bf16(), dev.grads(), 1e-3);
+    ref.step(dev_ref.params(), dev_ref.params_bf16(), dev_ref.grads(), 1e-3);
+    const auto p1 = dev.get_params(), p1_ref = dev_ref.get_params();
+    EXPECT_EQ(std::memcmp(p1.data(), p1_ref.data(), p1.size() * sizeof(float)), 0)
+        << "n = " << n << ": step() after clipping differs from step() on FP32(g * factor)";
+    std::vector<float> m(g.size()), v(g.size()), m_ref(g.size()), v_ref(g.size());
+    gpu.download_state(m, v);
+    ref.download_state(m_ref, v_ref);
+    EXPECT_EQ(std::memcmp(m.data(), m_ref.data(), m.size() * sizeof(float)), 0) << "n = " << n << ": first moments differ";
+    EXPECT_EQ(std::memcmp(v.data(), v_ref.data(), v.size() * sizeof(float)), 0) << "n = " << n << ": second moments differ";
+    EXPECT_EQ(dev.get_grads(), g) << "n = " << n << ": step() must not write the gradients";
     EXPECT_TRUE(dev.guards_intact()) << "n = " << n;
+  }
+}
+
+// Lazy clipping through both optimizers (AdamW and Muon's momentum): clip_grad_norm then step()
+// equals step() on the host-clipped gradients FP32(g * factor) bit for bit, leaves the device
+// gradients unscaled, and the factor is used by that one step only (the next, unclipped step
+// matches step() on the raw gradients).
+TEST(CudaOptimizerGpu, LazyClipMatchesStepOnPrescaledGradsBitwise) {
+  SF_REQUIRE_GPU();
+  const auto tensors = test_layout();
+  const std::int64_t n = total_size(tensors);
+  for (const OptimizerKind kind : {OptimizerKind::adamw, OptimizerKind::muon}) {
+    SCOPED_TRACE(kind == OptimizerKind::muon ? "muon" : "adamw");
+    OptimizerConfig cfg;
+    cfg.kind = kind;
+    cfg.weight_decay = 0.1;
+    Stream stream;
+    Blas blas(stream.get());
+    CudaOptimizer a(cfg, tensors, blas), b(cfg, tensors, blas);
+    DeviceModel dev_a(n), dev_b(n);
+    const auto p0 = normal_floats(n, 6, 0.1);
+    dev_a.set_params(p0);
+    dev_b.set_params(p0);
+    auto expect_same = [&](const char* when) {
+      const auto pa = dev_a.get_params(), pb = dev_b.get_params();
+      EXPECT_EQ(std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float)), 0) << when << ": parameters differ";
+      const auto ha = dev_a.get_bf16(), hb = dev_b.get_bf16();
+      EXPECT_EQ(std::memcmp(ha.data(), hb.data(), ha.size() * sizeof(__nv_bfloat16)), 0) << when << ": BF16 copies differ";
+      const auto size = static_cast<std::size_t>(n);
+      std::vector<float> fa(size), sa(size), fb(size), sb(size);
+      a.download_state(fa, sa);
+      b.download_state(fb, sb);
+      EXPECT_EQ(std::memcmp(fa.data(), fb.data(), fa.size() * sizeof(float)), 0) << when << ": first moments / momentum differ";
+      EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)), 0) << when << ": second moments differ";
+    };
+
+    // Step 1: a clips lazily, b steps on gradients clipped on the host.
+    const auto g = test_grads(tensors, 500);
+    dev_a.set_grads(g);
+    const double norm = a.clip_grad_norm(dev_a.grads(), 0.0);
+    const double max_norm = norm / 5;
+    EXPECT_EQ(a.clip_grad_norm(dev_a.grads(), max_norm), norm);
+    const float factor = float(max_norm / (norm + 1e-6));
+    ASSERT_LT(factor, 1.0f);
+    std::vector<float> scaled(g.size());
+    for (std::size_t i = 0; i < g.size(); ++i) scaled[i] = g[i] * factor;
+    dev_b.set_grads(scaled);
+    a.step(dev_a.params(), dev_a.params_bf16(), dev_a.grads(), 0.01);
+    b.step(dev_b.params(), dev_b.params_bf16(), dev_b.grads(), 0.01);
+    EXPECT_EQ(dev_a.get_grads(), g) << "the gradients must stay unscaled in memory";
+    expect_same("clipped step");
+
+    // Step 2: no clip_grad_norm call, so no scaling: both step on the same raw gradients.
+    const auto g2 = test_grads(tensors, 501);
+    dev_a.set_grads(g2);
+    dev_b.set_grads(g2);
+    a.step(dev_a.params(), dev_a.params_bf16(), dev_a.grads(), 0.005);
+    b.step(dev_b.params(), dev_b.params_bf16(), dev_b.grads(), 0.005);
+    expect_same("the step after a clipped one (the factor must be forgotten)");
+
+    // Step 3: a clip below the threshold sets no factor.
+    const auto g3 = test_grads(tensors, 502);
+    dev_a.set_grads(g3);
+    dev_b.set_grads(g3);
+    const double norm3 = a.clip_grad_norm(dev_a.grads(), 0.0);
+    EXPECT_EQ(a.clip_grad_norm(dev_a.grads(), 2 * norm3), norm3);
+    a.step(dev_a.params(), dev_a.params_bf16(), dev_a.grads(), 0.002);
+    b.step(dev_b.params(), dev_b.params_bf16(), dev_b.grads(), 0.002);
+    expect_same("a step after clip_grad_norm below max_norm");
+    EXPECT_TRUE(dev_a.guards_intact() && dev_b.guards_intact());
   }
 }
 

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -62,6 +63,13 @@ class Gpt2Cuda {
   void eval_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len);
   // The sum of the mean losses since the last call (synchronizes), then resets it.
   double take_loss_sum();
+
+  // Called during train_micro_batch's backward, in stream order, each time a range of grads() has
+  // its final value for this micro-batch: ln_f, then each layer from the last to the first, then
+  // the embeddings (wte, wpe). Data-parallel training starts each range's all-reduce there, so
+  // communication overlaps the rest of the backward. Empty: no calls.
+  using GradientReady = std::function<void(std::int64_t offset, std::int64_t count)>;
+  void set_gradient_ready(GradientReady hook);
 
   // Bytes of device memory this model holds (weights, gradients, activations, scratch).
   std::int64_t device_bytes() const;

@@ -34,13 +34,21 @@ class CudaOptimizer {
 
   const OptimizerConfig& config() const { return config_; }
 
-  // Global L2 norm of the device gradients (sum of squares in FP64, fixed order), and, when
-  // max_norm > 0 and the norm exceeds it, grads *= max_norm / (norm + 1e-6) (PyTorch's
-  // clip_grad_norm_). Synchronizes the stream to return the norm.
-  double clip_grad_norm(float* grads, double max_norm);
+  // Global L2 norm of the device gradients (sum of squares in FP64, fixed order), returned (the
+  // norm before clipping). Clipping is applied lazily: when max_norm > 0 and the norm exceeds it,
+  // the factor FP32(max_norm / (norm + 1e-6)) (PyTorch's clip_grad_norm_) is remembered, else 1,
+  // and the next step() multiplies every gradient by it as it reads it: g' = FP32(g * factor),
+  // one rounding, the very values an in-place grads *= factor would have left, so the update is
+  // bit for bit that of step() on pre-scaled gradients. grads are NOT rescaled in place: after
+  // clip_grad_norm (and after step()) they still hold the unclipped values. Each call replaces
+  // the pending factor; step() uses it once, then resets it to 1, so call clip_grad_norm before
+  // every step() that should be clipped, on the gradients that step() then receives.
+  // Synchronizes the stream to return the norm.
+  double clip_grad_norm(const float* grads, double max_norm);
 
-  // One update with learning rate lr from the (averaged, clipped) device gradients; writes the
-  // FP32 params and their BF16 copy params_bf16 (same flat layout).
+  // One update with learning rate lr from the (averaged) device gradients, times the pending
+  // clipping factor of clip_grad_norm (1 when none; consumed by this call); writes the FP32
+  // params and their BF16 copy params_bf16 (same flat layout). grads are read only.
   void step(float* params, __nv_bfloat16* params_bf16, const float* grads, double lr);
 
   std::int64_t steps_taken() const { return t_; }

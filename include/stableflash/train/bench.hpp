@@ -7,6 +7,7 @@
 #include <string>
 
 #include "stableflash/train/config.hpp"
+#include "stableflash/train/distributed.hpp"
 #include "stableflash/train/trainer.hpp"
 
 namespace stableflash::train {
@@ -17,10 +18,12 @@ struct BenchTrainOptions {
   int warmup_steps = 8;
   int steps = 30;  // timed steps, in 5 windows
   std::uint64_t seed = 0;
+  World world;  // data parallel: rank r trains micro-batches r, r + ranks, ... of every step
 };
 
 struct BenchTrainResult {
   std::string device;
+  int ranks = 1;
   double ms_per_step = 0, tokens_per_s = 0;
   double peak_memory_gib = -1;  // growth of GPU memory in use over the run (-1 on the CPU)
   double model_flops_per_step = 0;  // nanoGPT's estimate: 6 N + 12 L H Dh T per token

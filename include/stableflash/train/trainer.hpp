@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "stableflash/train/config.hpp"
+#include "stableflash/train/distributed.hpp"
 
 namespace stableflash::train {
 
@@ -29,6 +30,8 @@ struct TrainOptions {
   // CPU only: emulate PyTorch's BF16 autocast (Gpt2::set_bf16_autocast), the naive BF16 baseline
   // the CUDA trainer's agreement with the CPU trainer is measured against.
   bool cpu_bf16_autocast = false;
+  // Data parallel: this process's rank (world_from_environment()); rank r trains on GPU local_rank.
+  World world;
   bool resume = false;          // continue from RUN/checkpoints/latest
   std::string replay_log;       // train on exactly these windows (a batch log of an earlier run)
   bool progress = true;         // progress bar on stderr
