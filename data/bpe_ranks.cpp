@@ -1,12 +1,15 @@
 // Loading GPT-2's ranks file (tiktoken format) into the encoder's tables; decoding; the
 // ranks-file search path; GPT-2's byte -> unicode mapping.
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 
 #include "bpe_internal.hpp"
+#include "stableflash/data/file_checks.hpp"
 
 #ifndef STABLEFLASH_DEFAULT_GPT2_RANKS
 #define STABLEFLASH_DEFAULT_GPT2_RANKS ".deps/gpt2.tiktoken"
@@ -117,6 +120,8 @@ std::string resolve_gpt2_ranks_path(const std::string& explicit_path) {
     else
       path = STABLEFLASH_DEFAULT_GPT2_RANKS, from = "the built-in default";
   }
+  if (std::filesystem::is_directory(path))
+    throw std::runtime_error("GPT-2 ranks file " + path + " (" + from + ") is a folder, expected the file gpt2.tiktoken");
   if (!std::filesystem::is_regular_file(path))
     throw std::runtime_error("GPT-2 ranks file not found at " + path + " (" + from +
                              "); scripts/setup-deps.sh fetches and verifies it, or pass --ranks / set STABLEFLASH_GPT2_RANKS");
@@ -124,8 +129,9 @@ std::string resolve_gpt2_ranks_path(const std::string& explicit_path) {
 }
 
 std::shared_ptr<const Gpt2Tokenizer> Gpt2Tokenizer::load(const std::string& ranks_path) {
+  require_readable_file(ranks_path, "GPT-2 ranks file");
   std::ifstream in(ranks_path, std::ios::binary);
-  if (!in) bad(ranks_path, "cannot open GPT-2 ranks file");
+  if (!in) bad(ranks_path, std::string("cannot open GPT-2 ranks file: ") + std::strerror(errno));
   std::vector<std::string> tokens(kGpt2MergeableRanks);
   std::vector<bool> seen(kGpt2MergeableRanks, false);
   std::string line, bytes;

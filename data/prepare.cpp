@@ -13,6 +13,7 @@
 
 #include "stableflash/data/atomic_file.hpp"
 #include "stableflash/data/documents.hpp"
+#include "stableflash/data/file_checks.hpp"
 #include "stableflash/data/shards.hpp"
 #include "stableflash/numerics/random.hpp"
 
@@ -66,9 +67,20 @@ void check_options(const PrepareOptions& o) {
     throw std::invalid_argument("prepare: --shard-tokens must be in [1, 2^31-1] (the llm.c header count is int32)");
 }
 
+// Refuses an output folder that would overwrite or be read as an input, and one that is a file.
+void check_out_dir(const PrepareOptions& o) {
+  std::error_code ec;
+  const auto st = fs::status(o.out_dir, ec);
+  if (fs::exists(st) && !fs::is_directory(st))
+    throw std::runtime_error("-o " + o.out_dir + ": exists and is not a folder (prepare writes a folder of shards)");
+  refuse_output_folder_over_inputs(o.out_dir, o.inputs, "-o");
+}
+
 // Refuses to mix new shards with shards of an earlier run, unless told to replace them.
 void prepare_out_dir(const PrepareOptions& o) {
-  fs::create_directories(o.out_dir);
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  if (ec) throw std::runtime_error("-o " + o.out_dir + ": cannot create the output folder: " + ec.message());
   std::vector<std::string> old = list_shards(o.out_dir, "train");
   for (auto& p : list_shards(o.out_dir, "val")) old.push_back(p);
   if (old.empty()) return;
@@ -94,6 +106,7 @@ bool is_val_document(std::uint64_t seed, std::uint64_t index, double val_fractio
 PrepareSummary prepare_shards(std::shared_ptr<const Gpt2Tokenizer> tokenizer, const PrepareOptions& o,
                               const std::function<void(const PrepareProgress&)>& progress) {
   check_options(o);
+  check_out_dir(o);
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<InputFile> files = expand_inputs(o.inputs);
   prepare_out_dir(o);

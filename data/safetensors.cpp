@@ -2,12 +2,17 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <optional>
 #include <utility>
 
 #include "stableflash/data/atomic_file.hpp"
+#include "stableflash/data/file_checks.hpp"
 
 namespace stableflash::data {
 namespace {
@@ -45,6 +50,17 @@ DType parse_dtype(const std::string& path, const std::string& name, const std::s
   bad(path, "tensor '" + name + "': unknown dtype '" + s + "'");
 }
 
+// The byte size of a tensor, or nothing when the element count times the element size does not fit
+// in 64 bits (a header can claim any shape; the product must be checked before it is trusted).
+std::optional<std::uint64_t> checked_bytes(const std::vector<std::int64_t>& shape, DType dtype) {
+  std::uint64_t n = dtype_size(dtype);
+  for (auto d : shape)
+    if (d == 0) return 0;  // an empty tensor, whatever its other dimensions
+  for (auto d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, std::uint64_t(d), &n)) return std::nullopt;
+  return n;
+}
+
 }  // namespace
 
 std::string_view dtype_name(DType t) {
@@ -68,14 +84,30 @@ std::int64_t Tensor::elements() const {
   return n;
 }
 
+std::int64_t count_non_finite(const Tensor& t) {
+  std::int64_t n = 0;
+  auto count_bits = [&](auto word, unsigned exponent_mask) {
+    for (const auto w : t.as<decltype(word)>()) n += (unsigned(w) & exponent_mask) == exponent_mask;  // all-ones exponent: Inf or NaN
+  };
+  switch (t.dtype) {
+    case DType::bf16: count_bits(std::uint16_t{}, 0x7f80u); break;
+    case DType::f16: count_bits(std::uint16_t{}, 0x7c00u); break;
+    case DType::f32: for (const float v : t.as<float>()) n += !std::isfinite(v); break;
+    case DType::f64: for (const double v : t.as<double>()) n += !std::isfinite(v); break;
+    default: break;  // integers and booleans are always finite
+  }
+  return n;
+}
+
 const Tensor* SafetensorsFile::find(const std::string& name) const {
   auto it = tensors.find(name);
   return it == tensors.end() ? nullptr : &it->second;
 }
 
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
+  require_readable_file(path, "safetensors file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) bad(path, "cannot open for reading");
+  if (!in) bad(path, std::string("cannot open safetensors file: ") + std::strerror(errno));
   in.seekg(0, std::ios::end);
   const std::uint64_t file_size = static_cast<std::uint64_t>(in.tellg());
   in.seekg(0);
@@ -119,7 +151,11 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
     if (!entry["shape"].is_array()) bad(path, where + ": shape must be an array of non-negative integers");
     for (auto& d : entry["shape"]) {
       if (!d.is_number_unsigned()) bad(path, where + ": shape must be an array of non-negative integers");
-      t.shape.push_back(d.get<std::int64_t>());
+      // Shapes are int64 in every reader (PyTorch, NumPy, ours): a larger dimension would turn negative.
+      const auto dim = d.get<std::uint64_t>();
+      if (dim > std::uint64_t(INT64_MAX))
+        bad(path, where + ": dimension " + std::to_string(dim) + " exceeds 2^63-1, the largest a shape can hold");
+      t.shape.push_back(std::int64_t(dim));
     }
     const auto& off = entry["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
@@ -128,16 +164,29 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
     if (begin > end || end > data_len)
       bad(path, where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "] outside the " +
                     std::to_string(data_len) + "-byte data section");
-    const std::uint64_t expected = std::uint64_t(t.elements()) * dtype_size(t.dtype);
-    if (end - begin != expected)
-      bad(path, where + ": " + std::to_string(end - begin) + " bytes for a shape that needs " + std::to_string(expected));
+    const auto expected = checked_bytes(t.shape, t.dtype);
+    if (!expected)
+      bad(path, where + ": its shape holds more than 2^64 bytes of " + std::string(dtype_name(t.dtype)) + " (" +
+                    std::to_string(end - begin) + " bytes in the file)");
+    if (end - begin != *expected)
+      bad(path, where + ": " + std::to_string(end - begin) + " bytes for a shape that needs " + std::to_string(*expected));
     t.bytes.assign(data.begin() + std::ptrdiff_t(begin), data.begin() + std::ptrdiff_t(end));
     ranges.emplace_back(begin, end);
     f.tensors.emplace(name, std::move(t));
   }
+  // The reference reader's rule: the tensors tile the data section exactly, no gap, no trailing
+  // bytes, so every byte of the file is accounted for.
   std::sort(ranges.begin(), ranges.end());
-  for (std::size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].first < ranges[i - 1].second) bad(path, "tensors overlap in the data section");
+  std::uint64_t covered = 0;
+  for (const auto& [begin, end] : ranges) {
+    if (begin < covered) bad(path, "tensors overlap in the data section");
+    if (begin > covered)
+      bad(path, "bytes [" + std::to_string(covered) + ", " + std::to_string(begin) + ") of the data section belong to no tensor");
+    covered = end;
+  }
+  if (covered != data_len)
+    bad(path, std::to_string(data_len - covered) + " trailing bytes after the last tensor (the data section holds " +
+                  std::to_string(data_len) + " bytes, the tensors " + std::to_string(covered) + ")");
   return f;
 }
 
@@ -146,7 +195,7 @@ void SafetensorsFile::write(const std::string& path) const {
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    if (std::uint64_t(t.elements()) * dtype_size(t.dtype) != t.bytes.size())
+    if (checked_bytes(t.shape, t.dtype) != std::optional<std::uint64_t>(t.bytes.size()))
       throw std::invalid_argument(path + ": tensor '" + name + "' has " + std::to_string(t.bytes.size()) +
                                   " bytes for its shape");
     header[name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};

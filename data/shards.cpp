@@ -30,6 +30,24 @@ void put_le32(unsigned char* p, std::uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
 }
 
+// Every id must index a real row of the model's embedding. Ids in GPT-2's padding rows
+// (50257..50303) would silently train rows no text produces; larger ids would fail only when a
+// window holding them is drawn, hours later and without the file. One pass over the mapped shard
+// finds the maximum (vectorized, memory-bound); only a bad shard pays for locating the first culprit.
+void check_token_ids(const std::string& path, const std::uint16_t* tokens, std::size_t count, std::uint32_t vocab_size) {
+  if (vocab_size > 0xFFFF) return;  // every uint16 is a valid id
+  std::uint16_t max = 0;
+  for (std::size_t i = 0; i < count; ++i) max = std::max(max, tokens[i]);
+  if (max < vocab_size) return;
+  std::size_t first = 0, bad_count = 0;
+  for (std::size_t i = count; i-- > 0;)
+    if (tokens[i] >= vocab_size) first = i, ++bad_count;
+  bad(path, "token id " + std::to_string(tokens[first]) + " at token offset " + std::to_string(first) + " (byte " +
+                std::to_string(kShardHeaderBytes + 2 * first) + ") is outside the vocabulary of " + std::to_string(vocab_size) +
+                " ids (0.." + std::to_string(vocab_size - 1) + "); " + std::to_string(bad_count) + " of its " + std::to_string(count) +
+                " tokens are. Was the shard made with another tokenizer?");
+}
+
 }  // namespace
 
 void write_shard(const std::string& path, std::span<const std::uint16_t> tokens) {
@@ -46,13 +64,17 @@ void write_shard(const std::string& path, std::span<const std::uint16_t> tokens)
   });
 }
 
-Shard Shard::open(const std::string& path) {
+Shard Shard::open(const std::string& path, std::uint32_t vocab_size) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) bad(path, std::string("cannot open shard: ") + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     bad(path, std::string("cannot stat shard: ") + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    bad(path, S_ISDIR(st.st_mode) ? "is a folder, expected a token shard (a file)" : "is not a regular file, expected a token shard");
   }
   const std::size_t size = std::size_t(st.st_size);
   Shard s;
@@ -80,6 +102,7 @@ Shard Shard::open(const std::string& path) {
     bad(path, "trailing data: header says " + std::to_string(count) + " tokens, file holds " + std::to_string(body / 2));
   s.tokens_ = reinterpret_cast<const std::uint16_t*>(bytes + kShardHeaderBytes);
   s.count_ = std::size_t(count);
+  check_token_ids(path, s.tokens_, s.count_, vocab_size);
   return s;
 }
 
@@ -112,10 +135,10 @@ std::vector<std::string> list_shards(const std::string& dir, const std::string& 
   return out;
 }
 
-ShardSet::ShardSet(const std::vector<std::string>& paths) {
+ShardSet::ShardSet(const std::vector<std::string>& paths, std::uint32_t vocab_size) {
   if (paths.empty()) throw std::runtime_error("no shards given");
   for (const auto& p : paths) {
-    shards_.push_back(Shard::open(p));
+    shards_.push_back(Shard::open(p, vocab_size));
     total_tokens_ += shards_.back().tokens().size();
   }
 }

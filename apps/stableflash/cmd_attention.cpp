@@ -7,6 +7,7 @@
 #include "commands.hpp"
 #include "stableflash/attention/attention.hpp"
 #include "stableflash/attention/cuda.hpp"
+#include "stableflash/data/file_checks.hpp"
 #include "stableflash/data/safetensors.hpp"
 
 namespace stableflash::cli {
@@ -20,7 +21,18 @@ using data::Tensor;
 struct AttentionCommand {
   std::string input, output;
   AttentionFlags flags;
+  bool strict = false;
 };
+
+// "o 64, lse 1" for the tensors of `f` holding NaN or Inf, and their total.
+std::pair<std::int64_t, std::string> non_finite_summary(const SafetensorsFile& f) {
+  std::int64_t total = 0;
+  std::string where;
+  for (const auto& [name, t] : f.tensors)
+    if (const std::int64_t n = data::count_non_finite(t); n > 0)
+      total += n, where += (where.empty() ? "" : ", ") + name + " " + std::to_string(n);
+  return {total, where};
+}
 
 std::string shape_str(const std::vector<std::int64_t>& s) {
   std::string out = "[";
@@ -70,6 +82,7 @@ Tensor tensor_of(DType dt, std::vector<std::int64_t> shape, const std::vector<T>
 int run(const AttentionCommand& cmd) {
   const AttentionOptions opt = to_options(cmd.flags);
   const Layout layout = to_layout(cmd.flags);
+  data::refuse_output_over_input(cmd.output, {cmd.input}, "-o");
   const SafetensorsFile in = SafetensorsFile::read(cmd.input);
   const AttentionShape s = infer_shape(in, cmd.input, layout);
   opt.validate(s);
@@ -136,12 +149,23 @@ int run(const AttentionCommand& cmd) {
                  static_cast<long long>(ties.repeated_max_rows), static_cast<long long>(ties.fallback_rows),
                  static_cast<long long>(ties.masked_rows));
   }
+  // NaN/Inf come from non-finite inputs or from finite inputs whose logits overflow FP32; either
+  // way the user is told, since a NaN tensor in a file otherwise looks like any other.
+  const auto [bad_out, bad_out_where] = non_finite_summary(out);
+  if (bad_out > 0) {
+    const auto [bad_in, bad_in_where] = non_finite_summary(in);
+    const std::string what = std::to_string(bad_out) + " non-finite output values (" + bad_out_where + "); " +
+                             (bad_in > 0 ? "the input holds " + std::to_string(bad_in) + " (" + bad_in_where + ")"
+                                         : std::string("the inputs are finite, so some logits overflow FP32 (scale q or k down)"));
+    if (cmd.strict) throw std::runtime_error(cmd.input + ": " + what + "; --strict: " + cmd.output + " not written");
+    std::fprintf(stderr, "stableflash: warning: %s\n", what.c_str());
+  }
   out.write(cmd.output);
   std::string names;
   for (const auto& [name, t] : out.tensors) names += (names.empty() ? "" : ", ") + name;
-  std::printf("wrote %s to %s (%s numerics, %s policy, tile %dx%d)\n", names.c_str(), cmd.output.c_str(),
+  std::printf("wrote %s to %s (%s numerics, %s policy, tile %dx%d), non-finite outputs: %lld\n", names.c_str(), cmd.output.c_str(),
               std::string(to_string(opt.numerics)).c_str(), std::string(to_string(opt.policy)).c_str(),
-              opt.resolved_tile_q(), opt.resolved_tile_k());
+              opt.resolved_tile_q(), opt.resolved_tile_k(), static_cast<long long>(bad_out));
   return 0;
 }
 
@@ -153,6 +177,7 @@ Runner add_attention_command(CLI::App& app) {
       "attention", "Attention forward (and backward when the input holds 'do') on q, k, v from a safetensors file");
   sub->add_option("input", cmd->input, "Input safetensors with BF16 q, k, v (and optional do)")->required()->check(CLI::ExistingFile);
   sub->add_option("-o,--output", cmd->output, "Output safetensors: o, lse (and dq, dk, dv, delta)")->required();
+  sub->add_flag("--strict", cmd->strict, "Fail (exit 1, nothing written) when an output holds NaN or Inf, instead of a warning");
   add_attention_flags(*sub, cmd->flags);
   return [cmd] { return run(*cmd); };
 }

@@ -1,7 +1,9 @@
 // `stableflash bench attention`: TFLOP/s of the CUDA attention, forward and backward, timed as
 // shared/peers/torch_peers.py times its peers (median over windows of back-to-back calls between
 // CUDA events), after checking each configuration against the CPU oracle on a small input.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -87,7 +89,7 @@ int run(const BenchCommand& c) {
   const auto deltas = parse_list(c.delta_sources, parse_delta_source, "--delta-source", valid_names_delta_source());
 
   std::FILE* json = nullptr;
-  if (!c.json.empty() && !(json = std::fopen(c.json.c_str(), "w"))) throw std::runtime_error("cannot write " + c.json);
+  if (!c.json.empty() && !(json = std::fopen(c.json.c_str(), "w"))) throw std::runtime_error("--json " + c.json + ": cannot open for writing: " + std::strerror(errno));
   const std::string device = cuda::device_name();
   std::printf("stableflash bench attention on %s (median over %d windows of back-to-back calls, >= %.0f ms each)\n",
               device.c_str(), c.windows, c.min_window_ms);

@@ -1,7 +1,9 @@
 // `stableflash encode` and `stableflash decode`: GPT-2 tokens of a text, and text of tokens
 // (given as JSON or read from a shard range).
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -11,6 +13,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "stableflash/data/file_checks.hpp"
 #include "stableflash/data/shards.hpp"
 #include "stableflash/data/tokenizer.hpp"
 
@@ -21,8 +24,9 @@ using namespace stableflash::data;
 
 std::string read_all(const std::string& path) {
   if (path.empty() || path == "-") return {std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+  require_readable_file(path, "text file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open");
+  if (!in) throw std::runtime_error(path + ": cannot open text file: " + std::strerror(errno));
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
@@ -75,6 +79,30 @@ int run_encode(const EncodeCommand& c) {
   return 0;
 }
 
+// An offending element is quoted, but never whole: one can be megabytes long.
+std::string capped(const std::string& s, std::size_t max = 80) {
+  if (s.size() <= max) return s;
+  return s.substr(0, max) + "... (" + std::to_string(s.size()) + " bytes in all)";
+}
+
+// A token list needs depth 1. The bound keeps printing an offending element (nlohmann's dump
+// recurses once per level) far from exhausting the stack; 128 is serde_json's default limit.
+constexpr int kMaxJsonDepth = 128;
+
+nlohmann::json parse_token_list(const std::string& text) {
+  auto bounded = [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > kMaxJsonDepth)
+      throw std::runtime_error("standard input: JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                               " levels; expected a flat array of token ids");
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text, bounded);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error("standard input: expected a JSON array of token ids: " + capped(e.what(), 200));
+  }
+}
+
 struct DecodeCommand {
   std::string ranks, shard;
   std::uint64_t start = 0;
@@ -92,17 +120,12 @@ int run_decode(const DecodeCommand& c) {
     write_stdout(tok->decode(t.subspan(c.start, n)));
     return 0;
   }
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_all("-"));
-  } catch (const nlohmann::json::parse_error& e) {
-    throw std::runtime_error(std::string("standard input: expected a JSON array of token ids: ") + e.what());
-  }
+  const nlohmann::json j = parse_token_list(read_all("-"));
   if (!j.is_array()) throw std::runtime_error("standard input: expected a JSON array of token ids");
   std::vector<std::uint32_t> ids;
   ids.reserve(j.size());
   for (std::size_t i = 0; i < j.size(); ++i) {
-    if (!j[i].is_number_unsigned()) throw std::runtime_error("standard input: element " + std::to_string(i) + " is not a token id: " + j[i].dump());
+    if (!j[i].is_number_unsigned()) throw std::runtime_error("standard input: element " + std::to_string(i) + " is not a token id: " + capped(j[i].dump()));
     const auto v = j[i].get<std::uint64_t>();
     if (v >= kGpt2VocabSize) throw std::runtime_error("standard input: element " + std::to_string(i) + ": token id " + std::to_string(v) + " is not in GPT-2's vocabulary (0..50256)");
     ids.push_back(std::uint32_t(v));
@@ -110,6 +133,11 @@ int run_decode(const DecodeCommand& c) {
   write_stdout(tok->decode(ids));
   return 0;
 }
+
+// CLI11 reads "-5" into an unsigned as 2^64-5, and --count -5 would mean "to the end" (-1 inside).
+const CLI::Validator kNonNegative(
+    [](std::string& v) { return v.starts_with('-') ? std::string("must be 0 or more (leave the option out for its default)") : std::string(); },
+    "N>=0");
 
 const char* kRanksHelp = "GPT-2 ranks file in tiktoken format (default: $STABLEFLASH_GPT2_RANKS, else the set-up's .deps/gpt2.tiktoken)";
 
@@ -129,8 +157,9 @@ Runner add_decode_command(CLI::App& app) {
   auto c = std::make_shared<DecodeCommand>();
   CLI::App* sub = app.add_subcommand("decode", "Turn GPT-2 token ids (a JSON array on standard input, or a shard range) back into bytes");
   sub->add_option("--shard", c->shard, "Read the tokens from this llm.c shard instead of standard input");
-  sub->add_option("--start", c->start, "First token of the shard range")->capture_default_str();
-  sub->add_option("--count", c->count, "Tokens in the shard range (default: to the end)");
+  sub->add_option("--start", c->start, "First token of the shard range")->capture_default_str()->check(kNonNegative);
+  sub->add_option("--count", c->count, "Tokens in the shard range (default: to the end)")
+      ->check(kNonNegative);
   sub->add_option("--ranks", c->ranks, kRanksHelp);
   return [c] { return run_decode(*c); };
 }

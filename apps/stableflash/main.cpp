@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <new>
 #include <string>
 
 #include "commands.hpp"
@@ -54,6 +55,11 @@ int main(int argc, char** argv) {
   }
   try {
     for (auto* sub : app.get_subcommands()) return runners.at(sub->get_name())();
+  } catch (const std::bad_alloc&) {
+    // The bare "std::bad_alloc" tells a user nothing; sizes come from their files and flags.
+    std::fprintf(stderr, "stableflash: error: out of memory: this command needs more memory than the machine (or its limit, "
+                         "ulimit -v / a cgroup) allows; check the sizes in the input files and flags\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stableflash: error: %s\n", e.what());
     return 1;

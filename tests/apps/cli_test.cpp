@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -26,8 +27,9 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(STABLEFLASH_BINARY) + " " + args + " 2>&1";
+// `prefix` runs in the same shell first (e.g. a ulimit for the program).
+Result run(const std::string& args, const std::string& prefix = "") {
+  const std::string cmd = prefix + std::string(STABLEFLASH_BINARY) + " " + args + " 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   std::string out;
   std::array<char, 4096> buf;
@@ -134,6 +136,95 @@ TEST(Cli, BadTensorsAreNamedInTheError) {
   EXPECT_NE(flag.output.find("--policy"), std::string::npos) << flag.output;
   const Result tile = run("attention " + dir.file("bad.safetensors") + " -o x --tile 12");
   EXPECT_NE(tile.output.find("--tile"), std::string::npos) << tile.output;
+}
+
+SafetensorsFile small_qkv() {
+  SafetensorsFile in;
+  in.tensors["q"] = bf16_tensor({1, 2, 5, 64}, 1);  // [B, H, T, D]
+  in.tensors["k"] = bf16_tensor({1, 2, 7, 64}, 2);
+  in.tensors["v"] = bf16_tensor({1, 2, 7, 64}, 3);
+  return in;
+}
+
+TEST(Cli, AttentionRefusesToWriteOverItsInput) {
+  ScratchDir dir;
+  const std::string in = dir.file("in.safetensors");
+  small_qkv().write(in);
+  const auto before = stableflash::testing::read_bytes(in);
+  std::filesystem::create_symlink(in, dir.file("alias.safetensors"));
+  for (const std::string out : {in, dir.file("alias.safetensors")}) {
+    const Result r = run("attention " + in + " -o " + out);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("same file as the input"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(stableflash::testing::read_bytes(in), before);
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("alias.safetensors")));
+}
+
+TEST(Cli, AttentionWritesThroughASymlinkedOutput) {
+  ScratchDir dir;
+  small_qkv().write(dir.file("in.safetensors"));
+  std::filesystem::create_symlink("real.safetensors", dir.file("out.safetensors"));
+  const Result r = run("attention " + dir.file("in.safetensors") + " -o " + dir.file("out.safetensors"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("out.safetensors")));
+  EXPECT_TRUE(SafetensorsFile::read(dir.file("real.safetensors")).find("o"));
+}
+
+TEST(Cli, NonFiniteOutputsAreCountedWarnedAndAnErrorWithStrict) {
+  ScratchDir dir;
+  SafetensorsFile in = small_qkv();
+  const std::string clean = "attention " + dir.file("in.safetensors") + " -o " + dir.file("out.safetensors");
+  in.write(dir.file("in.safetensors"));
+  const Result ok = run(clean);
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("non-finite outputs: 0"), std::string::npos) << ok.output;
+  EXPECT_EQ(ok.output.find("warning"), std::string::npos) << ok.output;
+
+  // One NaN in q (head 1, query 2, feature 5) poisons exactly that query's row: D = 64 values of
+  // o and its one lse; the other 9 rows stay finite.
+  auto q = in.find("q")->as<bf16>();
+  std::vector<bf16> qv(q.begin(), q.end());
+  qv[(1 * 5 + 2) * 64 + 5] = bf16{0x7fc0};
+  in.tensors["q"] = Tensor::from<bf16>(DType::bf16, {1, 2, 5, 64}, qv);
+  in.write(dir.file("in.safetensors"));
+  const Result nan = run(clean);
+  ASSERT_EQ(nan.exit_code, 0) << nan.output;
+  EXPECT_NE(nan.output.find("non-finite outputs: 65"), std::string::npos) << nan.output;
+  EXPECT_NE(nan.output.find("warning: 65 non-finite output values (lse 1, o 64); the input holds 1 (q 1)"), std::string::npos) << nan.output;
+  EXPECT_EQ(data::count_non_finite(*SafetensorsFile::read(dir.file("out.safetensors")).find("o")), 64);
+
+  std::filesystem::remove(dir.file("out.safetensors"));
+  const Result strict = run(clean + " --strict");
+  EXPECT_EQ(strict.exit_code, 1) << strict.output;
+  EXPECT_NE(strict.output.find("--strict"), std::string::npos) << strict.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out.safetensors")));
+
+  // Finite inputs whose logits overflow FP32: q = k = 2^64 gives q.k = 64 * 2^128 > FLT_MAX.
+  SafetensorsFile huge = small_qkv();
+  const std::vector<bf16> big(1 * 2 * 7 * 64, bf16::from_float(0x1p64f));
+  huge.tensors["q"] = Tensor::from<bf16>(DType::bf16, {1, 2, 5, 64}, std::span<const bf16>(big.data(), 1 * 2 * 5 * 64));
+  huge.tensors["k"] = Tensor::from<bf16>(DType::bf16, {1, 2, 7, 64}, big);
+  huge.write(dir.file("in.safetensors"));
+  const Result overflow = run(clean + " --numerics paper");
+  EXPECT_EQ(overflow.exit_code, 0) << overflow.output;
+  EXPECT_NE(overflow.output.find("the inputs are finite, so some logits overflow FP32"), std::string::npos) << overflow.output;
+}
+
+TEST(Cli, OutOfMemoryIsSaidInWords) {
+  ScratchDir dir;
+  // A valid header for 2 GiB of U8 data in a sparse file (no disk used); reading it under a
+  // 1 GiB address-space limit must fail with a sentence, not a bare std::bad_alloc.
+  const std::uint64_t n = std::uint64_t(1) << 31;
+  std::string header = R"({"q":{"dtype":"U8","shape":[)" + std::to_string(n) + R"(],"data_offsets":[0,)" + std::to_string(n) + "]}}";
+  std::vector<unsigned char> bytes(8);
+  for (int i = 0; i < 8; ++i) bytes[std::size_t(i)] = static_cast<unsigned char>(std::uint64_t(header.size()) >> (8 * i));
+  bytes.insert(bytes.end(), header.begin(), header.end());
+  stableflash::testing::write_bytes(dir.file("big.safetensors"), bytes);
+  std::filesystem::resize_file(dir.file("big.safetensors"), bytes.size() + n);
+  const Result r = run("attention " + dir.file("big.safetensors") + " -o " + dir.file("o.safetensors") + " 2>&1; exit $?", "ulimit -v 1048576; ");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("out of memory"), std::string::npos) << r.output;
 }
 
 TEST(Cli, AuditJsonLinesCoverTheGridAsShown) {

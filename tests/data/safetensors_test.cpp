@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "stableflash/data/safetensors.hpp"
 #include "test_files.hpp"
@@ -63,6 +65,52 @@ TEST(Safetensors, CorruptFilesAreRefusedNamingTheProblem) {
   std::vector<unsigned char> huge(16, 0xff);
   write_bytes(p, huge);
   expect_error_mentions([&] { SafetensorsFile::read(p); }, {"header length"});
+}
+
+TEST(Safetensors, SizesThatOverflowAreRefused) {
+  ScratchDir dir;
+  const std::string p = dir.file("big.safetensors");
+  // 2^63 is no int64: it used to come back as a negative dimension
+  write_bytes(p, file_with_header(R"({"q":{"dtype":"U8","shape":[9223372036854775808,0],"data_offsets":[0,0]}})", 0));
+  expect_error_mentions([&] { SafetensorsFile::read(p); }, {p, "'q'", "dimension 9223372036854775808", "2^63-1"});
+  // 2^32 * 2^32 * 2 elements * 4 bytes wraps to 0 in 64 bits: it used to match an empty range
+  write_bytes(p, file_with_header(R"({"q":{"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,0]}})", 0));
+  expect_error_mentions([&] { SafetensorsFile::read(p); }, {p, "'q'", "more than 2^64 bytes"});
+  // a zero dimension makes any shape empty, however large the others: valid
+  write_bytes(p, file_with_header(R"({"q":{"dtype":"F32","shape":[4611686018427387904,0,4611686018427387904],"data_offsets":[0,0]}})", 0));
+  EXPECT_EQ(SafetensorsFile::read(p).find("q")->elements(), 0);
+}
+
+TEST(Safetensors, EveryDataByteBelongsToATensor) {
+  ScratchDir dir;
+  const std::string p = dir.file("t.safetensors");
+  write_bytes(p, file_with_header(R"({"q":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8));
+  EXPECT_NO_THROW(SafetensorsFile::read(p));
+  write_bytes(p, file_with_header(R"({"q":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 11));
+  expect_error_mentions([&] { SafetensorsFile::read(p); }, {p, "3 trailing bytes"});
+  write_bytes(p, file_with_header(R"({"q":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12));
+  expect_error_mentions([&] { SafetensorsFile::read(p); }, {p, "bytes [0, 4)", "no tensor"});
+}
+
+TEST(Safetensors, AFolderOrAMissingFileIsNamedWithTheReason) {
+  ScratchDir dir;
+  expect_error_mentions([&] { SafetensorsFile::read(dir.file("")); }, {dir.file(""), "is a folder"});
+  expect_error_mentions([&] { SafetensorsFile::read(dir.file("no.safetensors")); }, {"no.safetensors", "No such file or directory"});
+}
+
+TEST(Safetensors, NonFiniteValuesAreCountedPerDtype) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> f32{1, inf, -inf, nan, 3.4e38f, -0.0f};
+  EXPECT_EQ(count_non_finite(Tensor::from<float>(DType::f32, {6}, f32)), 3);
+  const std::vector<double> f64{1e308, -std::numeric_limits<double>::infinity(), std::nan("")};
+  EXPECT_EQ(count_non_finite(Tensor::from<double>(DType::f64, {3}, f64)), 2);
+  // BF16: +Inf 0x7f80, -Inf 0xff80, a NaN 0x7fc1; 0x7f7f is the largest finite value
+  const std::vector<std::uint16_t> b16{0x7f80, 0xff80, 0x7fc1, 0x7f7f, 0x3f80};
+  EXPECT_EQ(count_non_finite(Tensor::from<std::uint16_t>(DType::bf16, {5}, b16)), 3);
+  // F16: +Inf 0x7c00, a NaN 0xfe00; 0x7bff is 65504, the largest finite value
+  const std::vector<std::uint16_t> h16{0x7c00, 0xfe00, 0x7bff};
+  EXPECT_EQ(count_non_finite(Tensor::from<std::uint16_t>(DType::f16, {3}, h16)), 2);
+  EXPECT_EQ(count_non_finite(Tensor::from<std::uint16_t>(DType::u16, {3}, h16)), 0);
 }
 
 TEST(Safetensors, FailedWriteLeavesThePreviousFileIntact) {

@@ -28,7 +28,7 @@ TEST(Shards, WriteThenReadRoundTripsInLlmcLayout) {
   EXPECT_EQ(bytes[0] | bytes[1] << 8 | bytes[2] << 16 | bytes[3] << 24, 20240520);
   EXPECT_EQ(bytes[4], 1);
   EXPECT_EQ(bytes[8] | bytes[9] << 8, 1000);
-  const Shard s = Shard::open(dir.file("train_000000.bin"));
+  const Shard s = Shard::open(dir.file("train_000000.bin"), kAnyTokenId);
   EXPECT_TRUE(std::equal(s.tokens().begin(), s.tokens().end(), tokens.begin(), tokens.end()));
 }
 
@@ -54,6 +54,29 @@ TEST(Shards, CorruptShardsAreRefusedWithTheReason) {
   odd.push_back(0);
   write_bytes(p, odd);
   expect_error_mentions([&] { Shard::open(p); }, {p, "odd byte count"});
+}
+
+TEST(Shards, TokenIdsOutsideTheVocabularyAreRefusedAtOpenWithFileAndOffset) {
+  ScratchDir dir;
+  const std::string p = dir.file("train_000000.bin");
+  auto tokens = iota_tokens(100, 0);
+  tokens[37] = 50257;  // GPT-2's first padding row: silently trained before the check
+  tokens[90] = 60000;
+  write_shard(p, tokens);
+  expect_error_mentions([&] { Shard::open(p); }, {p, "token id 50257", "offset 37", "byte 1098", "2 of its 100"});
+  expect_error_mentions([&] { ShardSet({p}); }, {p, "offset 37"});
+  EXPECT_EQ(Shard::open(p, kAnyTokenId).tokens()[90], 60000);
+  // a smaller model's vocabulary is the bound it passes: id 99 is its last valid one
+  tokens = iota_tokens(100, 0);
+  write_shard(p, tokens);
+  EXPECT_EQ(ShardSet({p}, 100).total_tokens(), 100u);
+  expect_error_mentions([&] { ShardSet({p}, 99); }, {p, "token id 99", "offset 99", "(0..98)"});
+}
+
+TEST(Shards, AFolderOrAMissingFileIsNamedWithTheReason) {
+  ScratchDir dir;
+  expect_error_mentions([&] { Shard::open(dir.file("")); }, {dir.file(""), "is a folder"});
+  expect_error_mentions([&] { Shard::open(dir.file("nope.bin")); }, {dir.file("nope.bin"), "No such file or directory"});
 }
 
 TEST(Shards, SamplingIsReproducibleUniformAndStaysInsideShards) {

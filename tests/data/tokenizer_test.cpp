@@ -3,6 +3,11 @@
 // tokenizer_peer_test.cpp.
 #include <gtest/gtest.h>
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <fstream>
+#include <iterator>
 #include <set>
 
 #include "test_files.hpp"
@@ -21,6 +26,28 @@ TEST(Tokenizer, DocumentedAnchors) {
   EXPECT_EQ(gpt2()->token_bytes(data::kEndOfText), "<|endoftext|>");
   EXPECT_EQ(gpt2()->decode(Ids{15496, 995, data::kEndOfText}), "Hello world<|endoftext|>");
   EXPECT_TRUE(enc.encode("").empty());
+}
+
+// docs/tokenizer.md tells users where we differ from tiktoken (PCRE2's Unicode tables) with this
+// example. With Unicode 14 tables it must split as documented; with newer tables it must match
+// tiktoken's split, and the documentation is then stale: this test says so.
+TEST(Tokenizer, UnicodeVersionDifferenceIsTheDocumentedOne) {
+  char version[32] = {};
+  ASSERT_GT(pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, version), 0);
+  const std::string text = utf8(U'\U00031350') + "'s";  // CJK Extension H, assigned in Unicode 15
+  const Ids ours{172, 109, 235, 238, 6, 82}, tiktoken{172, 109, 235, 238, 338};  // tiktoken 0.14.0
+  const Ids got = Gpt2Encoder(gpt2()).encode(text);
+  if (std::string(version) < "15") {
+    EXPECT_EQ(got, ours) << "PCRE2 Unicode " << version;
+  } else {
+    EXPECT_EQ(got, tiktoken) << "PCRE2 Unicode " << version;
+    ADD_FAILURE() << "PCRE2 now knows Unicode " << version << ": update docs/tokenizer.md's known difference";
+  }
+  EXPECT_EQ(gpt2()->decode(got), text);
+  std::ifstream doc(std::string(STABLEFLASH_SOURCE_DIR) + "/docs/tokenizer.md");
+  const std::string md{std::istreambuf_iterator<char>(doc), std::istreambuf_iterator<char>()};
+  EXPECT_NE(md.find("`[172, 109, 235, 238, 6, 82]` here and `[172, 109, 235, 238, 338]` in tiktoken"), std::string::npos)
+      << "docs/tokenizer.md no longer shows the example users are told about";
 }
 
 TEST(Tokenizer, EndOfTextInTheInputIsOrdinaryText) {

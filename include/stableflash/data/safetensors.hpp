@@ -41,11 +41,16 @@ struct Tensor {
   }
 };
 
+// Elements that are NaN or ±Inf in a floating tensor (BF16, F16, F32, F64); 0 for other dtypes.
+std::int64_t count_non_finite(const Tensor& t);
+
 struct SafetensorsFile {
   std::map<std::string, Tensor> tensors;
   std::map<std::string, std::string> metadata;  // the optional "__metadata__" string map
 
-  // Reads and validates a whole file; errors name the file and what is wrong.
+  // Reads and validates a whole file; errors name the file and what is wrong. Every size is
+  // checked for 64-bit overflow, and the tensors must tile the data section exactly (no gap, no
+  // trailing bytes), as in the reference implementation.
   static SafetensorsFile read(const std::string& path);
   // Writes atomically: a temporary file in the same directory, flushed, then renamed over `path`.
   void write(const std::string& path) const;

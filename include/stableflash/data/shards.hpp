@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "stableflash/data/tokenizer.hpp"
 #include "stableflash/numerics/random.hpp"
 
 namespace stableflash::data {
@@ -20,11 +21,16 @@ inline constexpr std::size_t kShardHeaderBytes = 256 * sizeof(std::int32_t);
 // Writes a shard atomically (temporary file + rename). Throws naming `path` on failure.
 void write_shard(const std::string& path, std::span<const std::uint16_t> tokens);
 
+// Passed as a vocabulary size: every uint16 is accepted (no id check).
+inline constexpr std::uint32_t kAnyTokenId = 0x10000;
+
 // A validated, read-only, memory-mapped shard. Bad files are refused with an error naming the file
-// and what is wrong (short header, bad magic or version, truncated body, odd byte count).
+// and what is wrong (short header, bad magic or version, truncated body, odd byte count, a token id
+// >= vocab_size with its offset). Version-1 llm.c shards hold GPT-2 tokens, hence the default; a
+// model with another vocabulary passes its model.vocab_size.
 class Shard {
  public:
-  static Shard open(const std::string& path);
+  static Shard open(const std::string& path, std::uint32_t vocab_size = kGpt2VocabSize);
   Shard(Shard&&) noexcept;
   Shard& operator=(Shard&&) noexcept;
   Shard(const Shard&) = delete;
@@ -57,7 +63,8 @@ struct WindowStart {
 // shard boundary), reproducibly from a SplitMix64 stream.
 class ShardSet {
  public:
-  explicit ShardSet(const std::vector<std::string>& paths);
+  // Opens (and validates, ids included: see Shard::open) every shard up front.
+  explicit ShardSet(const std::vector<std::string>& paths, std::uint32_t vocab_size = kGpt2VocabSize);
   std::size_t shard_count() const { return shards_.size(); }
   const Shard& shard(std::size_t i) const { return shards_[i]; }
   std::uint64_t total_tokens() const { return total_tokens_; }
