@@ -8,7 +8,9 @@
 #                                                     # (and build-cuda/devbin.tar.xz, what travels) and
 #                                                     # the peer scripts to .peers
 #   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-audit] [--skip-peer-values] [--skip-bench]
-#                                              [--skip-train] [--train-only]
+#                                              [--skip-train] [--train-only] [--skip-dist]
+# With two GPUs or more it also checks data-parallel training (--gpus 2 and torchrun against one GPU
+# and the CPU, a killed and a stopped rank, resuming on another world size) and times two GPUs.
 # The trainer part: the model, optimizer and trainer GPU tests, then `stableflash bench train` beside
 # the PyTorch GPT-2 peer (torch_peers.py gpt2, compiled, no biases) with the ratio.
 #
@@ -41,7 +43,7 @@ if [ "${1:-}" = "pack" ]; then
   exit 0
 fi
 
-quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1 train=1
+quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1 train=1 dist=1
 for a in "$@"; do
   case "$a" in
     --quick) quick=1 ;;
@@ -51,6 +53,7 @@ for a in "$@"; do
     --skip-audit) audit=0 ;;
     --skip-peer-values) peer_values=0 ;;
     --skip-train) train=0 ;;
+    --skip-dist) dist=0 ;;
     --train-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
@@ -265,6 +268,83 @@ for o in ours:
 print(f"| PyTorch (compile={peer['compile']}, sdpa {peer['sdpa']}, bias={peer['bias']}) | {peer['ms_per_step']:.2f} | "
       f"{peer['tokens_per_s']:.0f} | {peer['peak_mem_gib']:.2f} | | 1.000x | 1.00x |")
 EOF
+fi
+
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+if [ $train = 1 ] && [ $dist = 1 ] && [ "$gpus" -ge 2 ]; then
+  W=$(mktemp -d)
+  data=${STABLEFLASH_DATA:-$PWD/.deps/corpus/shards}
+  common=(--preset tiny --quiet --set data.dir="$data" --set train.grad_accum=2 --set train.val_every=10 --set train.checkpoint_every=10)
+  step "data parallel: CPU, one GPU, --gpus 2 and torchrun on the same 20 steps ($data)"
+  "$BIN"/stableflash train "${common[@]}" --device cpu --steps 20 --run-dir "$W/cpu" || status=1
+  "$BIN"/stableflash train "${common[@]}" --device cuda --steps 20 --run-dir "$W/g1" || status=1
+  timeout 120 "$BIN"/stableflash train "${common[@]}" --gpus 2 --steps 20 --run-dir "$W/g2" || { echo "--gpus 2 failed"; status=1; }
+  timeout 120 torchrun --standalone --nproc-per-node 2 --no-python "$BIN"/stableflash train "${common[@]}" --steps 20 \
+    --run-dir "$W/torchrun" >"$OUT/torchrun.log" 2>&1 || { echo "torchrun launch failed"; tail -20 "$OUT/torchrun.log"; status=1; }
+  python3 - "$W" <<'EOF' | tee "$OUT/dist-agreement.txt" || status=1
+import json, math, sys
+w = sys.argv[1]
+def losses(run):
+    return [json.loads(l)["loss"] for l in open(f"{w}/{run}/metrics.jsonl") if l.strip()]
+cpu, g1 = losses("cpu"), losses("g1")
+ulp = lambda x: 2.0 ** (math.floor(math.log2(abs(x))) - 7)
+# Two ranks differ from one GPU only in the order gradients are summed (FP32). The bound: twice the
+# one-GPU run's own distance from the FP32 CPU trainer (the BF16 error, running maximum) + one ulp.
+bad = 0
+for name in ("g2", "torchrun"):
+    other = losses(name)
+    assert len(other) == len(g1) == len(cpu) == 20, f"{name}: {len(other)} steps"
+    naive = worst = 0.0
+    for s, (c, a, b) in enumerate(zip(cpu, g1, other)):
+        naive = max(naive, abs(a - c))
+        bound = 2 * naive + ulp(c)
+        worst = max(worst, abs(b - a) / bound)
+        if abs(b - a) > bound:
+            bad += 1
+            print(f"{name} step {s}: one GPU {a}, two ranks {b}, bound {bound:.3g}")
+    print(f"{name}: 20 steps, largest |two ranks - one GPU| / bound = {worst:.3f}; identical to one GPU: {other == g1}")
+print("two ranks within the bound:", "yes" if not bad else "NO")
+sys.exit(1 if bad else 0)
+EOF
+
+  step "data parallel: a two-rank checkpoint resumes on one GPU"
+  "$BIN"/stableflash train --quiet --run-dir "$W/g2" --resume --steps 25 --device cuda && tail -1 "$W/g2/metrics.jsonl" || status=1
+
+  step "data parallel: a killed rank ends the run, named"
+  long=(--preset tiny --quiet --set data.dir="$data" --set train.grad_accum=2 --steps 100000 --set train.val_every=0 --set train.checkpoint_every=0)
+  "$BIN"/stableflash train "${long[@]}" --gpus 2 --run-dir "$W/kill" >"$OUT/kill.log" 2>&1 &
+  launcher=$!
+  sleep 12
+  victim=$(pgrep -P $launcher | tail -1)
+  t0=$(date +%s); kill -9 "$victim"
+  timeout 60 tail --pid=$launcher -f /dev/null; wait $launcher; rc=$?
+  echo "launcher exit $rc after $(( $(date +%s) - t0 )) s:"; cat "$OUT/kill.log"
+  { [ $rc != 0 ] && grep -q "rank 1" "$OUT/kill.log"; } || { echo "FAIL: the killed rank was not reported"; status=1; }
+
+  step "data parallel: a stopped (hung) rank ends the run within STABLEFLASH_HANG_TIMEOUT"
+  STABLEFLASH_HANG_TIMEOUT=15 "$BIN"/stableflash train "${long[@]}" --gpus 2 --run-dir "$W/hang" >"$OUT/hang.log" 2>&1 &
+  launcher=$!
+  sleep 12
+  victim=$(pgrep -P $launcher | tail -1)
+  t0=$(date +%s); kill -STOP "$victim"
+  timeout 90 tail --pid=$launcher -f /dev/null; wait $launcher; rc=$?
+  echo "launcher exit $rc after $(( $(date +%s) - t0 )) s:"; cat "$OUT/hang.log"
+  { [ $rc != 0 ] && grep -q "no rank made progress" "$OUT/hang.log"; } || { echo "FAIL: the hang was not reported"; status=1; }
+  kill -9 "$victim" 2>/dev/null
+
+  step "benchmark: GPT-2 124M on two GPUs (B 16 per GPU) against one"
+  : >"$OUT/dist-bench.jsonl"
+  "$BIN"/stableflash bench train --preset gpt2-124m --device cuda --set train.grad_accum=1 --json "$OUT/dist-bench.jsonl" || status=1
+  timeout 240 "$BIN"/stableflash bench train --preset gpt2-124m --gpus 2 --set train.grad_accum=2 --json "$OUT/dist-bench.jsonl" || status=1
+  python3 - "$OUT/dist-bench.jsonl" <<'EOF' | tee "$OUT/dist-table.md"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+one = next(r for r in rows if r["ranks"] == 1)
+for r in rows:
+    print(f"| {r['ranks']} GPU(s) | B {r['B']} x accumulation {r['grad_accum']} | {r['ms_per_step']:.2f} ms/step | "
+          f"{r['tokens_per_s']:.0f} tokens/s | {r['tokens_per_s'] / one['tokens_per_s']:.3f}x one GPU | peak {r['peak_mem_gib']:.2f} GiB |")
+EOF
+  rm -rf "$W"
 fi
 
 step "done (status $status); logs in $OUT"

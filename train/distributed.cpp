@@ -137,6 +137,11 @@ World world_from(const std::function<const char*(const char*)>& getenv) {
     if (!port) throw std::invalid_argument("environment: MASTER_PORT is unset; the rendezvous needs a port");
     w.master_addr = addr;
     w.master_port = parse_int("MASTER_PORT", port, 1, 65535);
+    // Under torchrun its own store listens on MASTER_PORT; ours takes the next port unless told.
+    if (const char* own = getenv("STABLEFLASH_RENDEZVOUS_PORT"))
+      w.master_port = parse_int("STABLEFLASH_RENDEZVOUS_PORT", own, 1, 65535);
+    else if (getenv("TORCHELASTIC_RUN_ID"))
+      w.master_port = w.master_port == 65535 ? 65534 : w.master_port + 1;
   }
   return w;
 }

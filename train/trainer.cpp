@@ -96,9 +96,12 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
   const int windows_per_step = B * ts.grad_accum;
 
   // Data first: a missing corpus should fail before anything is written.
-  const data::ShardSet train_set(shards_or_explain(config, config.data.train_split));
+  // Every token id is checked against the model's vocabulary when the shards open (file and offset
+  // of the first bad one), not hours later when a window holding it is drawn.
+  const auto vocab = std::uint32_t(config.model.vocab_size);
+  const data::ShardSet train_set(shards_or_explain(config, config.data.train_split), vocab);
   std::optional<data::ShardSet> val_set;
-  if (ts.val_every > 0) val_set.emplace(shards_or_explain(config, config.data.val_split));
+  if (ts.val_every > 0) val_set.emplace(shards_or_explain(config, config.data.val_split), vocab);
   BatchLogHeader header;
   for (std::size_t i = 0; i < train_set.shard_count(); ++i) header.shards.push_back(fs::path(train_set.shard(i).path()).filename().string());
   header.windows_per_step = windows_per_step;

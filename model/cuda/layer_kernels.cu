@@ -147,7 +147,9 @@ __global__ void layernorm_forward_kernel(bf16_t* ln_out, float* mean, float* rst
   if (lane == 0) mean[n] = m, rstd[n] = s;
 }
 
-// The dx part of the LayerNorm backward: a warp per row, the two row means first, then the update.
+// The dx part of the LayerNorm backward for rows too wide for layernorm_backward_kernel's registers
+// (C > 1024): a warp per row, the two row means first, then the update; the weight and bias sums
+// then take a second pass (column_partials_kernel with LayerNormParamTerms).
 template <int W>
 __global__ void layernorm_backward_dx_kernel(float* dx, bf16_t* dx_bf16, const float* d_ln, const float* x,
                                              const float* weight, const float* mean, const float* rstd, int N, int C) {
@@ -297,7 +299,7 @@ __global__ void __launch_bounds__(32 * kLnWarps)
 // Deterministic sums over rows: partial[k][p][c] = sum of term_k(n, c) over the rows n of
 // partition p (rows [p * kPartRows, (p + 1) * kPartRows)), then out_k[c] += sum over p ascending.
 
-// d_ln * norm and d_ln: the LayerNorm weight and bias gradients.
+// d_ln * norm and d_ln: the LayerNorm weight and bias gradients (two-kernel path, C > 1024).
 struct LayerNormParamTerms {
   const float* d_ln;
   const float* x;

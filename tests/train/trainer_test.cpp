@@ -231,6 +231,9 @@ TEST_F(Trainer, SamplingIsSeededAndDrawsOnlyRealTokens) {
   TrainConfig c = config();
   c.model.vocab_size = 250;  // rows 250..255 are padding: never sampled
   c.train.steps = 30, c.train.checkpoint_every = 0, c.train.val_every = 0;
+  // Shards holding ids past the model's vocabulary are refused when they open, naming the file and offset.
+  expect_error_mentions([&] { train(c, dir.file("refused")); }, {"train_000000.bin", "token offset", "vocabulary of 250"});
+  stableflash::testing::write_test_shards(dir.file("data"), /*vocab=*/250);
   train(c, dir.file("run"));
   const Checkpoint ckpt = open_checkpoint(latest_checkpoint(dir.file("run")));
   model::Gpt2<float> m(ckpt.config.model, ckpt.config.layer_attention());
