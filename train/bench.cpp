@@ -67,6 +67,33 @@ BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptio
   }
   std::sort(per_step.begin(), per_step.end());
   const double dt = per_step[2];
+  // The parts of a step, each timed alone between synchronizations.
+  auto median_ms = [&](auto&& part) {
+    std::vector<double> t;
+    for (int i = 0; i < 7; ++i) {
+      engine->take_loss_sum();
+      const auto t0 = std::chrono::steady_clock::now();
+      part();
+      engine->take_loss_sum();
+      t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    return t[3];
+  };
+  const auto& seq = tokens[0];
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      inputs[std::size_t(b) * T + t] = seq[std::size_t(b) * (T + 1) + t];
+      targets[std::size_t(b) * T + t] = seq[std::size_t(b) * (T + 1) + t + 1];
+    }
+  r.forward_ms = median_ms([&] { engine->eval_micro_batch(inputs, targets, B, T); });
+  if (!world.distributed()) {  // a lone micro-batch of one rank would wait for the others' all-reduce
+    r.forward_backward_ms = median_ms([&] { engine->train_micro_batch(inputs, targets, B, T, 1.0f, /*last=*/false); });
+    r.optimizer_ms = median_ms([&] {
+      engine->clip_grad_norm(config.optim.grad_clip);
+      engine->optimizer_step(optim::learning_rate(config.optim, s));
+    });
+  }
   r.ms_per_step = dt * 1e3;
   r.tokens_per_s = double(config.tokens_per_step()) / dt;
   if (cuda) r.peak_memory_gib = double(peak - memory_before) / double(1ull << 30);

@@ -163,6 +163,9 @@ int run_train(const BenchTrainCommand& c) {
               "(rank 0), MFU %.1f%%, loss %.4f\n",
               r.device.c_str(), r.ranks, config.preset.c_str(), config.train.batch_size, config.train.seq_len, config.train.grad_accum,
               double(r.parameters) / 1e6, r.ms_per_step, r.tokens_per_s, r.peak_memory_gib, 100.0 * r.mfu, r.last_loss);
+  std::printf("  parts, each timed alone: forward %.2f ms, forward + backward %.2f ms, gradient norm + optimizer %.2f ms "
+              "(per micro-batch of B %d x T %d)\n",
+              r.forward_ms, r.forward_backward_ms, r.optimizer_ms, config.train.batch_size, config.train.seq_len);
   if (!c.json.empty()) {
     std::ofstream out(c.json, std::ios::app);
     if (!out) throw std::runtime_error(c.json + ": cannot open for appending");
@@ -170,10 +173,11 @@ int run_train(const BenchTrainCommand& c) {
     std::snprintf(line, sizeof line,
                   "{\"bench\": \"train\", \"preset\": \"%s\", \"device\": \"%s\", \"ranks\": %d, \"B\": %d, \"T\": %d, \"grad_accum\": %d, "
                   "\"deterministic\": %s, \"ms_per_step\": %.4f, \"tokens_per_s\": %.1f, \"peak_mem_gib\": %.3f, \"mfu\": %.4f, "
-                  "\"loss\": %.6f, \"parameters\": %lld, \"method\": \"median of 5 windows\"}\n",
+                  "\"loss\": %.6f, \"parameters\": %lld, \"forward_ms\": %.4f, \"forward_backward_ms\": %.4f, \"optimizer_ms\": %.4f, "
+                  "\"method\": \"median of 5 windows\"}\n",
                   config.preset.c_str(), r.device.c_str(), r.ranks, config.train.batch_size, config.train.seq_len, config.train.grad_accum,
                   config.train.deterministic ? "true" : "false", r.ms_per_step, r.tokens_per_s, r.peak_memory_gib, r.mfu, r.last_loss,
-                  static_cast<long long>(r.parameters));
+                  static_cast<long long>(r.parameters), r.forward_ms, r.forward_backward_ms, r.optimizer_ms);
     out << line;
   }
   return 0;

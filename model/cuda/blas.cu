@@ -37,9 +37,9 @@ int alignment_bytes(const void* p) {
 
 // Everything that makes cuBLASLt choose differently; the cache key of the chosen algorithm.
 struct Key {
-  int ta, tb, m, n, k, batch, ta_type, tb_type, c_type, bias;
+  int ta, tb, m, n, k, batch, ta_type, tb_type, c_type, bias, epilogue;
   std::int64_t lda, ldb, ldc, sa, sb, sc;
-  int align_a, align_b, align_c;
+  int align_a, align_b, align_c, align_aux;
   bool operator<(const Key& o) const { return std::memcmp(this, &o, sizeof(Key)) < 0; }
 };
 
@@ -99,6 +99,8 @@ void Blas::gemm(Trans ta, Trans tb, const MatrixView& a, const MatrixView& b, co
   if (!mixed && !fp32)
     throw std::invalid_argument(std::string("gemm: unsupported types ") + name(a.type) + " x " + name(b.type) + " -> " + name(c.type));
   if (opt.batch < 1 || (opt.bias && opt.batch != 1)) throw std::invalid_argument("gemm: batch must be >= 1 (and 1 with a bias)");
+  if (opt.epilogue != Epilogue::none && (!opt.aux || c.type != DType::bf16 || opt.batch != 1 || (opt.bias && opt.epilogue == Epilogue::dgelu)))
+    throw std::invalid_argument("gemm: a GELU epilogue needs an aux buffer, a BF16 output, no batch (and no bias for dgelu)");
   for (const MatrixView* x : {&a, &b, &c})
     if (x->ld < x->cols) throw std::invalid_argument("gemm: leading dimension " + std::to_string(x->ld) + " < columns " + std::to_string(x->cols));
 
@@ -108,6 +110,7 @@ void Blas::gemm(Trans ta, Trans tb, const MatrixView& a, const MatrixView& b, co
   Key key{};  // zeroed padding: compared bytewise
   key.ta = int(ta), key.tb = int(tb), key.m = M, key.n = N, key.k = K, key.batch = opt.batch;
   key.ta_type = int(a.type), key.tb_type = int(b.type), key.c_type = int(c.type), key.bias = opt.bias != nullptr;
+  key.epilogue = int(opt.epilogue);
   key.lda = a.ld, key.ldb = b.ld, key.ldc = c.ld, key.sa = a.batch_stride, key.sb = b.batch_stride, key.sc = c.batch_stride;
   key.align_a = alignment_bytes(a.data), key.align_b = alignment_bytes(b.data), key.align_c = alignment_bytes(c.data);
 
@@ -120,11 +123,21 @@ void Blas::gemm(Trans ta, Trans tb, const MatrixView& a, const MatrixView& b, co
   } guard{desc};
   set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSA, op_first);
   set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSB, op_second);
+  cublasLtEpilogue_t epilogue = opt.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (opt.epilogue == Epilogue::gelu) epilogue = opt.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (opt.epilogue == Epilogue::dgelu) epilogue = CUBLASLT_EPILOGUE_DGELU;
+  set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
   if (opt.bias) {
-    set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
     set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, opt.bias);
     const cudaDataType_t bias_type = cuda_type(c.type);
     set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
+  }
+  if (opt.epilogue != Epilogue::none) {
+    // The aux matrix has C's column-major shape and leading dimension.
+    set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, opt.aux);
+    const std::int64_t aux_ld = c.ld;
+    set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld);
+    key.align_aux = alignment_bytes(opt.aux);  // algorithms are chosen for this alignment too
   }
   // Stored (col-major) shapes: B^T is [b.cols, b.rows] with ld b.ld, likewise A^T and C^T.
   Layout first(b.type, std::uint64_t(b.cols), std::uint64_t(b.rows), b.ld, opt.batch, b.batch_stride);

@@ -79,7 +79,7 @@ struct Gpt2Cuda::Impl {
     DeviceArray<float> res2;             // [N, C] x + attention branch
     DeviceArray<bf16_t> ln2;             // [N, C]
     DeviceArray<float> ln2_mean, ln2_rstd;
-    DeviceArray<bf16_t> fch;             // [N, 4C] before GELU
+    DeviceArray<bf16_t> fch;             // [N, 4C] the GELU's input (BF16, from the fc product's epilogue)
     DeviceArray<float> res3;             // [N, C] block output
   };
   std::vector<Layer> layers;
@@ -137,7 +137,7 @@ struct Gpt2Cuda::Impl {
   void backward(int batch, int seq);
   void linear(bf16_t* out, const bf16_t* x, std::int64_t w, std::int64_t b, std::int64_t n, int in, int out_features);
   void linear_backward(float* dx_f32, bf16_t* dx_bf16, const bf16_t* dy, const bf16_t* x, std::int64_t w, std::int64_t b,
-                       std::int64_t n, int in, int out_features);
+                       std::int64_t n, int in, int out_features, const GemmOptions& dx_options = {});
 };
 
 Gpt2Cuda::Gpt2Cuda(const Gpt2Config& config, std::vector<LayerAttention> attention, int batch, int len, bool deterministic)
@@ -358,15 +358,15 @@ void Gpt2Cuda::Impl::linear(bf16_t* out, const bf16_t* x, std::int64_t w, std::i
 }
 
 // y [n, out] = x [n, in] W [in, out] (+ b): dW += x^T dy, db += colsum(dy), dx = dy W^T into an
-// FP32 or a BF16 buffer (one of dx_f32, dx_bf16).
+// FP32 or a BF16 buffer (one of dx_f32, dx_bf16), with dx_options' epilogue.
 void Gpt2Cuda::Impl::linear_backward(float* dx_f32, bf16_t* dx_bf16, const bf16_t* dy, const bf16_t* x, std::int64_t w,
-                                     std::int64_t b, std::int64_t n, int in, int out_features) {
+                                     std::int64_t b, std::int64_t n, int in, int out_features, const GemmOptions& dx_options) {
   GemmOptions accumulate;
   accumulate.beta = 1.0f;
   blas->gemm(Tr::yes, Tr::no, bf16_matrix(x, int(n), in), bf16_matrix(dy, int(n), out_features), f32_matrix(grad(w), in, out_features), accumulate);
   if (b >= 0) cuda::bias_backward(grad(b), dy, int(n), out_features, scratch.get(), stream);
   const auto dx = dx_f32 ? f32_matrix(dx_f32, int(n), in) : bf16_matrix(dx_bf16, int(n), in);
-  blas->gemm(Tr::no, Tr::yes, bf16_matrix(dy, int(n), out_features), bf16_matrix(param16(w), in, out_features), dx);
+  blas->gemm(Tr::no, Tr::yes, bf16_matrix(dy, int(n), out_features), bf16_matrix(param16(w), in, out_features), dx, dx_options);
 }
 
 void Gpt2Cuda::Impl::forward(int batch, int seq) {
@@ -413,8 +413,14 @@ void Gpt2Cuda::Impl::forward(int batch, int seq) {
     linear(branch.get(), L.atty.get(), o.proj_w, o.proj_b, N, C, C);
     cuda::layernorm_forward(L.ln2.get(), L.ln2_mean.get(), L.ln2_rstd.get(), L.res2.get(), x, branch.get(), param(o.ln2_w),
                             param_or_null(o.ln2_b), int(N), C, eps, stream);
-    linear(L.fch.get(), L.ln2.get(), o.fc_w, o.fc_b, N, C, 4 * C);
-    cuda::gelu_forward(gelu.get(), L.fch.get(), 4 * NC, stream);
+    {  // gelu = GELU(ln2 W_fc + b) in the product's epilogue, which also keeps its input in fch
+      GemmOptions fused;
+      fused.bias = param16(o.fc_b);
+      fused.epilogue = cuda::Epilogue::gelu;
+      fused.aux = L.fch.get();
+      blas->gemm(Tr::no, Tr::no, bf16_matrix(L.ln2.get(), int(N), C), bf16_matrix(param16(o.fc_w), C, 4 * C),
+                 bf16_matrix(gelu.get(), int(N), 4 * C), fused);
+    }
     linear(branch.get(), gelu.get(), o.fcproj_w, o.fcproj_b, N, 4 * C, C);
     // res3 = res2 + MLP branch, normalized by the next layer's ln_1 (or ln_f after the last).
     const bool last = l + 1 == config.n_layer;
@@ -466,8 +472,11 @@ void Gpt2Cuda::Impl::backward(int batch, int seq) {
     const float* x = l == 0 ? x0.get() : layers[std::size_t(l) - 1].res3.get();
     // MLP: res3 = res2 + gelu(ln2 W_fc) W_fcproj
     cuda::gelu_forward(gelu.get(), L.fch.get(), 4 * NC, stream);  // recomputed, not kept per layer
-    linear_backward(nullptr, d_big.get(), d_res16.get(), gelu.get(), o.fcproj_w, o.fcproj_b, N, 4 * C, C);
-    cuda::gelu_backward(d_big.get(), L.fch.get(), d_big.get(), 4 * NC, stream);
+    // d fch = (d_res W_fcproj^T) * GELU'(fch), the GELU backward in the product's epilogue
+    GemmOptions through_gelu;
+    through_gelu.epilogue = cuda::Epilogue::dgelu;
+    through_gelu.aux = L.fch.get();
+    linear_backward(nullptr, d_big.get(), d_res16.get(), gelu.get(), o.fcproj_w, o.fcproj_b, N, 4 * C, C, through_gelu);
     linear_backward(d_ln.get(), nullptr, d_big.get(), L.ln2.get(), o.fc_w, o.fc_b, N, C, 4 * C);
     cuda::layernorm_backward(d_res.get(), d_res16.get(), grad(o.ln2_w), grad(o.ln2_b), d_ln.get(), L.res2.get(), param(o.ln2_w),
                              L.ln2_mean.get(), L.ln2_rstd.get(), int(N), C, scratch.get(), stream);

@@ -29,6 +29,10 @@ struct BenchTrainResult {
   double model_flops_per_step = 0;  // nanoGPT's estimate: 6 N + 12 L H Dh T per token
   double mfu = 0;                   // model FLOP/s over 989 TFLOP/s (H100/H200 dense BF16)
   double last_loss = 0;
+  // Where a step's time goes (medians over the timed steps, each part timed alone after a
+  // synchronization, so they add up to slightly more than ms_per_step): forward of one micro-batch,
+  // forward + backward of one, and the gradient norm + optimizer update.
+  double forward_ms = 0, forward_backward_ms = 0, optimizer_ms = 0;
   std::int64_t parameters = 0;
 };
 

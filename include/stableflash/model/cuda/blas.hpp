@@ -41,12 +41,22 @@ inline MatrixView f32_matrix(const void* p, int rows, int cols, std::int64_t ld 
 
 enum class Trans : std::uint8_t { no, yes };
 
+// What cuBLASLt applies to the FP32 product before the output rounding (GELU is GPT-2's tanh
+// approximation; tests/model_gpu/blas_gpu_test.cu checks which GELU the library computes).
+enum class Epilogue : std::uint8_t {
+  none,
+  gelu,   // C = GELU(product [+ bias]); `aux` receives the GELU input, laid out like C (BF16 C only)
+  dgelu,  // C = product * GELU'(aux): the GELU backward, aux = the forward's GELU input (BF16 C only)
+};
+
 struct GemmOptions {
   float alpha = 1.0f, beta = 0.0f;
   int batch = 1;
   // Adds bias[n] to every row of C before the output rounding (cuBLASLt's BIAS epilogue); the
   // bias has C's type for BF16 outputs and is FP32 for FP32 outputs. Non-batched only.
   const void* bias = nullptr;
+  Epilogue epilogue = Epilogue::none;
+  void* aux = nullptr;  // gelu: written, dgelu: read; [C.rows, C.cols] with C's leading dimension
 };
 
 class Blas {
