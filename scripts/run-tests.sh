@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-deps.sh
-scripts/build.sh
+scripts/build.sh -DSTABLEFLASH_CUDA=AUTO   # every target, the CUDA ones where nvcc exists
 cd build
 ctest --output-on-failure --label-exclude gpu -j "${STABLEFLASH_JOBS:-$(nproc)}" "$@"

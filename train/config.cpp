@@ -2,6 +2,8 @@
 // and the documentation order (see config.hpp).
 #include "stableflash/train/config.hpp"
 
+#include "stableflash/attention/option_text.hpp"
+
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
@@ -127,6 +129,8 @@ const std::vector<Key>& keys() {
 }
 #undef SF_KEY
 
+// The attention knobs a layer sets (the rest of attention::option_names() the trainer decides:
+// causal always, the device and deterministic from the run).
 const std::vector<std::string>& attention_keys() {
   static const std::vector<std::string> k = {"numerics", "policy", "beta", "eps", "tile_q", "tile_k", "normalizer", "round_bits", "delta_source"};
   return k;
@@ -138,45 +142,21 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-// Resolves one layer's settings into the model's LayerAttention; `where` prefixes errors.
+// Resolves one layer's settings into the model's LayerAttention; `where` prefixes errors. The knobs
+// go through the attention library's one text parser (attention::set_option); `standard` numerics
+// is the trainer's own: the materialized FP32 attention instead of a flash kernel.
 model::LayerAttention resolve(const AttentionSettings& s, const std::string& where) {
-  using namespace stableflash::attention;
   model::LayerAttention la;
-  auto get = [&](const std::string& k) -> const std::string* {
-    auto it = s.find(k);
-    return it == s.end() ? nullptr : &it->second;
-  };
-  if (const auto* v = get("numerics")) {
-    if (*v == "standard") {
-      la.kind = model::AttentionKind::standard;
-    } else {
-      const auto n = parse_numerics(*v);
-      if (!n || *n == Numerics::reference) bad_value(where, "numerics", *v, "expected standard, paper or fused");
-      la.options.numerics = *n;
+  for (const auto& [key, value] : s) {
+    if (key == "numerics") {
+      if (value == "standard") {
+        la.kind = model::AttentionKind::standard;
+        continue;
+      }
+      if (value != "paper" && value != "fused") bad_value(where, "numerics", value, "expected standard, paper or fused");
     }
+    attention::set_option(la.options, key, value, where);
   }
-  if (const auto* v = get("policy")) {
-    const auto p = parse_shift_policy(*v);
-    if (!p) bad_value(where, "policy", *v, "expected one of " + valid_names_shift_policy());
-    la.options.policy = *p;
-  }
-  if (const auto* v = get("normalizer")) {
-    const auto p = parse_normalizer(*v);
-    if (!p) bad_value(where, "normalizer", *v, "expected one of " + valid_names_normalizer());
-    la.options.normalizer = *p;
-  }
-  if (const auto* v = get("delta_source")) {
-    const auto p = parse_delta_source(*v);
-    if (!p) bad_value(where, "delta_source", *v, "expected one of " + valid_names_delta_source());
-    la.options.delta_source = *p;
-  }
-  double d;
-  int i;
-  if (const auto* v = get("beta")) parse(*v, "beta", where, d), la.options.policy_params.beta = float(d);
-  if (const auto* v = get("eps")) parse(*v, "eps", where, d), la.options.policy_params.eps = float(d);
-  if (const auto* v = get("tile_q")) parse(*v, "tile_q", where, i), la.options.tile_q = i;
-  if (const auto* v = get("tile_k")) parse(*v, "tile_k", where, i), la.options.tile_k = i;
-  if (const auto* v = get("round_bits")) parse(*v, "round_bits", where, i), la.options.round_bits = i;
   la.options.causal = true;
   return la;
 }

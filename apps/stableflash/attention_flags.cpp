@@ -2,9 +2,20 @@
 
 #include <stdexcept>
 
+#include "stableflash/attention/option_text.hpp"
+
 namespace stableflash::cli {
 
 using namespace stableflash::attention;
+
+namespace {
+// The flag of a knob: delta_source -> delta-source.
+std::string flag_name(std::string name) {
+  for (char& c : name)
+    if (c == '_') c = '-';
+  return name;
+}
+}  // namespace
 
 void add_attention_flags(CLI::App& cmd, AttentionFlags& f) {
   cmd.add_option("--numerics", f.numerics, "Rounding points: " + valid_names_numerics())->capture_default_str();
@@ -44,19 +55,19 @@ T require(std::optional<T> v, const std::string& flag, const std::string& got, c
   return *v;
 }
 
+// The named knobs through the library's one text parser (attention::set_option), as the trainer's
+// keys; CLI11 has already typed the numeric flags.
 AttentionOptions to_options(const AttentionFlags& f) {
   AttentionOptions o;
-  o.numerics = require(parse_numerics(f.numerics), "--numerics", f.numerics, valid_names_numerics());
-  o.policy = require(parse_shift_policy(f.policy), "--policy", f.policy, valid_names_shift_policy());
-  o.normalizer = require(parse_normalizer(f.normalizer), "--normalizer", f.normalizer, valid_names_normalizer());
-  o.delta_source = require(parse_delta_source(f.delta_source), "--delta-source", f.delta_source, valid_names_delta_source());
+  const std::pair<const char*, const std::string*> named[] = {
+      {"numerics", &f.numerics}, {"policy", &f.policy}, {"normalizer", &f.normalizer}, {"delta_source", &f.delta_source}, {"device", &f.device}};
+  for (const auto& [name, value] : named) set_option(o, name, *value, "--" + flag_name(name));
   o.policy_params = {f.beta, f.eps};
   o.causal = f.causal;
   o.scale = f.scale;
   o.round_bits = f.round_bits;
-  if (!f.tile.empty()) std::tie(o.tile_q, o.tile_k) = parse_tile(f.tile);
-  o.device = require(parse_device(f.device), "--device", f.device, "cpu, cuda");
   o.deterministic = f.deterministic;
+  if (!f.tile.empty()) std::tie(o.tile_q, o.tile_k) = parse_tile(f.tile);
   return o;
 }
 
