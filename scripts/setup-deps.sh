@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 debian_packages=(
   build-essential cmake ninja-build pkg-config python3 python3-pip
   libgtest-dev libgmock-dev            # tests
+  libeigen3-dev                        # tests: the full SVD the spectral-norm probe is checked against
   nlohmann-json3-dev libcli11-dev       # JSON (safetensors headers, metrics), command line
   libtomlplusplus-dev                   # trainer config files
   libpcre2-dev libzstd-dev              # tokenizer pattern, compressed corpora

@@ -121,6 +121,7 @@ const std::vector<Key>& keys() {
       SF_KEY("train.checkpoint_every", train.checkpoint_every),
       SF_KEY("train.keep_checkpoints", train.keep_checkpoints),
       SF_KEY("train.deterministic", train.deterministic),
+      SF_KEY("train.probe_every", train.probe_every),
       SF_KEY("data.dir", data.dir),
       SF_KEY("data.train_split", data.train_split),
       SF_KEY("data.val_split", data.val_split),
@@ -267,6 +268,7 @@ void TrainConfig::validate() const {
   need(train.val_batches >= 1, "train.val_batches must be >= 1");
   need(train.checkpoint_every >= 0, "train.checkpoint_every must be >= 0 (0: only at the end)");
   need(train.keep_checkpoints >= 1, "train.keep_checkpoints must be >= 1");
+  need(train.probe_every >= 0, "train.probe_every must be >= 0 (0: no probes)");
   need(!data.dir.empty(), "data.dir must name the folder of token shards");
   for (const auto& [l, s] : attention_layer)
     need(l < model.n_layer, "attention.layer." + std::to_string(l) + ": the model has " + std::to_string(model.n_layer) +
@@ -417,7 +419,7 @@ std::vector<std::string> resume_mismatches(const TrainConfig& ckpt, const TrainC
   // Keys that may change on resume: how far to go, how often to report and save, where data lives,
   // and whether the GPU reduces in a fixed order (same math, other summation order).
   static const std::vector<std::string> free_keys = {"train.steps", "train.val_every", "train.val_batches", "train.checkpoint_every",
-                                                     "train.keep_checkpoints", "train.deterministic", "data.dir"};
+                                                     "train.keep_checkpoints", "train.deterministic", "train.probe_every", "data.dir"};
   std::map<std::string, std::string> a, b;
   for (const auto& [k, v] : ckpt.entries()) a[k] = v;
   for (const auto& [k, v] : run.entries()) b[k] = v;

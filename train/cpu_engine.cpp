@@ -1,6 +1,7 @@
 // The CPU engine: Gpt2<float> and Optimizer<float> behind TrainingEngine (see engine.hpp).
 #include <omp.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "engine.hpp"
@@ -35,6 +36,11 @@ class CpuEngine final : public TrainingEngine {
     s.first_moment = optimizer_.first_moment();
     s.second_moment = optimizer_.second_moment();
     return s;
+  }
+
+  void read_parameters(std::int64_t offset, std::span<float> out) override {
+    const auto p = model_.params().subspan(std::size_t(offset), out.size());
+    std::copy(p.begin(), p.end(), out.begin());
   }
 
   void zero_grad() override { model_.zero_grad(); }

@@ -151,6 +151,14 @@ class CudaEngine final : public TrainingEngine {
     return s;
   }
 
+  void read_parameters(std::int64_t offset, std::span<float> out) override {
+    if (offset < 0 || offset + std::int64_t(out.size()) > model_.parameter_count()) throw std::out_of_range("read_parameters: past the model");
+    check_cuda(cudaMemcpyAsync(out.data(), model_.params() + offset, out.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                               static_cast<cudaStream_t>(model_.stream())),
+               "cudaMemcpyAsync (parameters)");
+    check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(model_.stream())), "cudaStreamSynchronize");
+  }
+
   void zero_grad() override { model_.zero_grad(); }
   void train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale,
                          bool last) override {

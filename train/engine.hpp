@@ -29,6 +29,8 @@ class TrainingEngine {
   virtual void load(const Checkpoint& checkpoint) = 0;
   // Host views of the weights and optimizer state, valid until the next call on the engine.
   virtual TrainingSnapshot snapshot() = 0;
+  // Copies params[offset, offset + out.size()) to the host (the probes read single tensors).
+  virtual void read_parameters(std::int64_t offset, std::span<float> out) = 0;
 
   virtual void zero_grad() = 0;
   // Forward and backward of one micro-batch: adds d(loss_scale * mean loss)/d(params) to the

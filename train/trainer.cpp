@@ -13,6 +13,7 @@
 
 #include "engine.hpp"
 #include "stableflash/data/atomic_file.hpp"
+#include "stableflash/diag/spectral.hpp"
 #include "stableflash/data/shards.hpp"
 #include "stableflash/optim/optimizer.hpp"
 #include "stableflash/train/checkpoint.hpp"
@@ -48,6 +49,11 @@ std::string metrics_line(const StepMetrics& m) {
   std::string s = "{\"step\": " + std::to_string(m.step) + ", \"loss\": " + fmt("%.9g", m.loss) + ", \"lr\": " + fmt("%.17g", m.lr) +
                   ", \"grad_norm\": " + fmt("%.9g", m.grad_norm) + ", \"tokens_per_s\": " + fmt("%.1f", m.tokens_per_s);
   if (m.val_loss) s += ", \"val_loss\": " + fmt("%.9g", *m.val_loss);
+  if (!m.wq_sigma.empty()) {
+    s += ", \"wq_sigma\": [";
+    for (std::size_t l = 0; l < m.wq_sigma.size(); ++l) s += (l ? ", " : "") + fmt("%.6g", m.wq_sigma[l]);
+    s += "]";
+  }
   return s + "}\n";
 }
 
@@ -68,6 +74,31 @@ void fill_batch(const data::ShardSet& set, const std::vector<data::WindowStart>&
 struct StepBatch {
   std::vector<data::WindowStart> windows;
   std::vector<std::vector<int>> inputs, targets;
+};
+
+// Each layer's W_Q spectral norm: W_Q is the first C columns of attn.c_attn.weight [C, 3C]. Power
+// iteration warm-started from the previous probe (100 rounds the first time, then 8).
+class WqSpectralProbe {
+ public:
+  explicit WqSpectralProbe(const model::Gpt2Config& c) : C_(c.n_embd), v_(std::size_t(c.n_layer)) {
+    for (const auto& t : model::parameter_layout(c))
+      if (t.name.ends_with("attn.c_attn.weight")) offsets_.push_back(t.offset);
+  }
+  std::vector<double> measure(TrainingEngine& engine) {
+    std::vector<double> sigma;
+    buffer_.resize(std::size_t(C_) * 3 * C_);
+    for (std::size_t l = 0; l < offsets_.size(); ++l) {
+      engine.read_parameters(offsets_[l], buffer_);
+      sigma.push_back(diag::spectral_norm(buffer_.data(), C_, C_, 3 * std::int64_t(C_), v_[l], v_[l].empty() ? 100 : 8));
+    }
+    return sigma;
+  }
+
+ private:
+  int C_;
+  std::vector<std::int64_t> offsets_;
+  std::vector<std::vector<double>> v_;
+  std::vector<float> buffer_;
 };
 
 std::unique_ptr<TrainingEngine> make_engine(const TrainConfig& config, const TrainOptions& options) {
@@ -201,6 +232,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
     return b;
   };
 
+  WqSpectralProbe wq_probe(config.model);
   Progress progress(options.progress && writer, state.step, ts.steps, config.tokens_per_step());
   TrainResult result;
   result.last_checkpoint = last_checkpoint;
@@ -238,6 +270,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
     m.tokens_per_s = double(config.tokens_per_step()) / std::max(seconds, 1e-9);
     const bool last = step + 1 == ts.steps;
     if (val_set && ((step + 1) % ts.val_every == 0 || last)) m.val_loss = validate_loss();
+    if (ts.probe_every > 0 && ((step + 1) % ts.probe_every == 0 || last)) m.wq_sigma = wq_probe.measure(*engine);
     if (writer) {
       metrics << metrics_line(m) << std::flush;
       if (!metrics) throw std::runtime_error(run + "/metrics.jsonl: write failed");

@@ -38,6 +38,9 @@ struct TrainSettings {
   // replay. Off by default: it costs about 14% of a GPT-2 124M step (docs/benchmarks.md). The CPU
   // path is always deterministic.
   bool deterministic = false;
+  // Every N steps the spectral norm of each layer's W_Q (the paper's fast indicator) goes into
+  // metrics.jsonl as wq_sigma; 0: never.
+  std::int64_t probe_every = 100;
   bool operator==(const TrainSettings&) const = default;
 };
 

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The failure and its cure, on one GPU (docs/reproducing-the-paper.md): a small GPT trained with the
+# attention's output-side rounding magnified (`paper` numerics, round_bits 3, one key tile), on
+# identical batches under each shift policy and delta source, plus a BF16 (round_bits 7) control.
+# Each run logs every 25 steps the spectral norm of each layer's W_Q (metrics.jsonl: wq_sigma);
+# the table gives the divergence step, final loss and the largest W_Q norm per variant and seed.
+#
+#   scripts/experiment-failure.sh [--steps 1700] [--seeds "1 2 3"] [--round-bits 3] [--variants "a b"] [--out DIR]
+#
+# Recipe (issue 11): 6 layers, width 384, 6 heads, T 512, B 32, lr 2e-3, 100 warm-up steps, AdamW
+# beta2 0.95, no weight decay, clip 1.0, the default corpus.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${STABLEFLASH_BIN:-build/stableflash}
+OUT=${OUT:-/tmp/stableflash-experiment}
+steps=1700 seeds=1 bits=3 data=$PWD/.deps/corpus/shards
+variants="standard_rounded paper_rounded hashed_rounded standard_compensated hashed_compensated bf16_control"
+while (($#)); do
+  case "$1" in
+    --steps) steps=$2; shift 2 ;;
+    --seeds) seeds=$2; shift 2 ;;
+    --round-bits) bits=$2; shift 2 ;;
+    --variants) variants=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --data) data=$2; shift 2 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT"
+recipe=(--device cuda --quiet --steps "$steps" --set data.dir="$data"
+  --set model.n_layer=6 --set model.n_head=6 --set model.n_embd=384 --set model.block_size=512
+  --set train.seq_len=512 --set train.batch_size=32 --set train.grad_accum=1
+  --set optim.lr=2e-3 --set optim.min_lr=1e-5 --set optim.warmup_steps=100 --set optim.decay_steps=600000
+  --set optim.beta2=0.95 --set optim.weight_decay=0 --set optim.grad_clip=1.0
+  --set train.val_every=250 --set train.val_batches=4 --set train.checkpoint_every=0 --set train.probe_every=25
+  --set attention.default.numerics=paper --set attention.default.tile_k=512)
+settings() {  # variant -> attention settings
+  case "$1" in
+    standard_rounded) echo "policy=standard delta_source=rounded round_bits=$bits" ;;
+    paper_rounded) echo "policy=paper delta_source=rounded round_bits=$bits" ;;
+    hashed_rounded) echo "policy=hashed_offset delta_source=rounded round_bits=$bits" ;;
+    standard_compensated) echo "policy=standard delta_source=compensated round_bits=$bits" ;;
+    hashed_compensated) echo "policy=hashed_offset delta_source=compensated round_bits=$bits" ;;
+    bf16_control) echo "policy=standard delta_source=rounded round_bits=7" ;;
+    *) echo "unknown variant $1" >&2; return 1 ;;
+  esac
+}
+for seed in $seeds; do
+  for v in $variants; do
+    sets=()
+    for kv in $(settings "$v"); do sets+=(--set "attention.default.$kv"); done
+    run="$OUT/rb$bits-$v-seed$seed"
+    rm -rf "$run"
+    t0=$(date +%s)
+    "$BIN" train "${recipe[@]}" "${sets[@]}" --set train.seed="$seed" --run-dir "$run" 2>"$run.err"
+    echo "$v seed $seed: exit $? in $(( $(date +%s) - t0 )) s ($(tail -1 "$run.err" | cut -c1-160))"
+  done
+done
+python3 - "$OUT" "$bits" <<'PY' | tee "$OUT/table-rb$bits.md"
+import glob, json, math, os, sys
+out, bits = sys.argv[1], sys.argv[2]
+print(f"| variant (round_bits {bits}; control: 7) | seed | steps run | diverged at | final loss | final val loss | largest W_Q sigma (layer) | peak W_Q sigma |")
+print("|---|---|---|---|---|---|---|---|")
+for run in sorted(glob.glob(f"{out}/rb{bits}-*-seed*")):
+    if not os.path.isdir(run):
+        continue
+    name = os.path.basename(run)[len(f"rb{bits}-"):]
+    variant, seed = name.rsplit("-seed", 1)
+    rows = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if l.strip()]
+    if not rows:
+        print(f"| {variant} | {seed} | 0 | - | - | - | - | - |")
+        continue
+    # Diverged: a non-finite loss (the trainer stops there) or, after the warm-up, a loss 1.5 nats
+    # above the best so far (the paper's jump from ~3-4 to ~7-8).
+    best, diverged = math.inf, None
+    for r in rows:
+        loss = r["loss"]
+        if not math.isfinite(loss) or (r["step"] > 150 and loss > best + 1.5):
+            diverged = r["step"]
+            break
+        best = min(best, loss)
+    stopped = open(f"{run}.err").read().find("is nan") >= 0 or open(f"{run}.err").read().find("is inf") >= 0
+    if diverged is None and stopped:
+        diverged = rows[-1]["step"] + 1
+    sig = [r for r in rows if "wq_sigma" in r]
+    last = sig[-1]["wq_sigma"] if sig else []
+    peak = max((max(r["wq_sigma"]) for r in sig), default=float("nan"))
+    vals = [r["val_loss"] for r in rows if "val_loss" in r]
+    lay = max(range(len(last)), key=lambda i: last[i]) if last else -1
+    print(f"| {variant} | {seed} | {rows[-1]['step'] + 1} | {diverged if diverged is not None else 'no'} | {rows[-1]['loss']:.3f} | "
+          f"{vals[-1] if vals else float('nan'):.3f} | {max(last) if last else float('nan'):.1f} ({lay}) | {peak:.1f} |")
+PY
