@@ -21,6 +21,7 @@
 #include "stableflash/data/atomic_file.hpp"
 #include "stableflash/numerics/random.hpp"
 #include "stableflash/train/checkpoint.hpp"
+#include "stableflash/train/distributed.hpp"
 #include "stableflash/train/run_files.hpp"
 #include "stableflash/train/run_lock.hpp"
 #include "stableflash/train/signals.hpp"
@@ -75,6 +76,14 @@ std::size_t metrics_count(const std::string& path) {
   return n;
 }
 
+// Progress lines ("step N/M ...") the trainer printed into `log` (not a terminal: one every 5%).
+std::size_t progress_lines(const std::string& log) {
+  std::ifstream in(log);
+  std::size_t n = 0;
+  for (std::string line; std::getline(in, line);) n += line.starts_with("step ");
+  return n;
+}
+
 // Every file of a directory tree with its bytes (a failed resume must change none of them).
 std::map<std::string, std::vector<unsigned char>> tree(const std::string& dir) {
   std::map<std::string, std::vector<unsigned char>> out;
@@ -121,8 +130,9 @@ class Robustness : public ::testing::Test {
   }
   TrainConfig config() const { return stableflash::testing::small_config(dir.file("data")); }
   // The command line that trains `c` in `run` (every key as --set, so the binary sees exactly c).
-  std::vector<std::string> cli_args(const TrainConfig& c, const std::string& run, bool resume) const {
-    std::vector<std::string> a = {"train", "--quiet", "--device", "cpu", "--run-dir", run};
+  std::vector<std::string> cli_args(const TrainConfig& c, const std::string& run, bool resume, bool quiet = true) const {
+    std::vector<std::string> a = {"train", "--device", "cpu", "--run-dir", run};
+    if (quiet) a.push_back("--quiet");
     if (resume) a.push_back("--resume");
     for (const auto& [k, v] : c.entries()) a.insert(a.end(), {"--set", k + "=" + v});
     return a;
@@ -215,6 +225,7 @@ TEST_F(Robustness, SoakRandomKillsAndResumesEndWithTheUninterruptedLosses) {
   const auto t0 = Clock::now();
   ASSERT_EQ(wait_status(spawn_cli(cli_args(c, whole, false), dir.file("whole.log"))), 0) << read_text(dir.file("whole.log"));
   const double run_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const auto soak_t0 = Clock::now();
   const auto want = metrics_losses(whole + "/metrics.jsonl");
   ASSERT_EQ(want.size(), 60u);
   SplitMix64 rng(2024);
@@ -225,16 +236,25 @@ TEST_F(Robustness, SoakRandomKillsAndResumesEndWithTheUninterruptedLosses) {
       ASSERT_LT(attempt, 200) << "no progress in " << run;
       const bool resume = fs::exists(run + "/checkpoints/latest");
       const std::string log = run + "-" + std::to_string(attempt) + ".log";
-      const pid_t pid = spawn_cli(cli_args(c, run, resume), log);
+      const pid_t pid = spawn_cli(cli_args(c, run, resume, /*quiet=*/false), log);
+      const std::int64_t first = resume ? open_checkpoint(latest_checkpoint(run)).state.step : 0;
       // The last attempts run to the end, so every round finishes.
       const bool interrupt = attempt < 40;
       const double u = rng.uniform();
       const int sig = u < 0.7 ? SIGKILL : u < 0.85 ? SIGTERM : SIGINT;
+      int status = 0;
+      bool exited = false;
       if (interrupt) {
-        std::this_thread::sleep_for(std::chrono::duration<double>(rng.uniform() * 0.9 * run_s));
-        ::kill(pid, sig);
+        // A random moment measured in the attempt's own progress (wall-clock delays would miss the
+        // steps on a loaded machine): once its progress output (a line every 3 steps) reaches a
+        // random step, plus 0-6 ms (about 3 steps when idle); the first choice kills it while it starts.
+        const std::size_t target = std::size_t(rng.next() % std::uint64_t((60 - first) / 3 + 2));  // the last choice: after the end
+        while (progress_lines(log) < target && !(exited = ::waitpid(pid, &status, WNOHANG) == pid))
+          std::this_thread::sleep_for(std::chrono::microseconds(300));
+        std::this_thread::sleep_for(std::chrono::microseconds(rng.next() % 6000));
+        ::kill(pid, sig);  // a zombie (exited above) ignores it
       }
-      const int status = wait_status(pid);
+      if (!exited) status = wait_status(pid);
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0) break;
       ++kills;
       // Killed, or stopped cleanly by the signal (130/143); never an error of its own.
@@ -250,7 +270,30 @@ TEST_F(Robustness, SoakRandomKillsAndResumesEndWithTheUninterruptedLosses) {
           << "left behind: " << e.path();
     }
   }
-  std::printf("soak: %d runs, %d interruptions, each ended with the uninterrupted losses (one run takes %.2f s)\n", rounds, kills, run_s);
+  std::printf("soak: %d runs, %d interruptions, each ended with the uninterrupted losses in %.1f s (one uninterrupted run: %.2f s)\n",
+              rounds, kills, std::chrono::duration<double>(Clock::now() - soak_t0).count(), run_s);
+}
+
+// Item 1, data parallel: the --gpus launcher passes a signal on and waits for every rank to stop
+// as asked; a rank that exits 130 first does not get rank 0 killed while it writes the checkpoint.
+TEST_F(Robustness, LauncherLetsRank0FinishItsCheckpointAfterASignal) {
+  const std::string out = dir.file("ranks");
+  fs::create_directories(out);
+  ::setenv("SOAK_OUT", out.c_str(), 1);
+  // Rank 0 takes 0.5 s to "write its checkpoint" after the signal; rank 1 stops at once.
+  const std::string script = "trap 'if [ \"$RANK\" = 0 ]; then sleep 0.5; echo saved > \"$SOAK_OUT/rank0\"; fi; exit 130' INT; "
+                             "echo > \"$SOAK_OUT/ready$RANK\"; while :; do sleep 0.02; done";
+  std::thread interrupt([&] {
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (!(fs::exists(out + "/ready0") && fs::exists(out + "/ready1")) && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ::kill(::getpid(), SIGINT);  // the launcher's handler is installed: it passes it on
+  });
+  const int code = launch_local_ranks(2, {"/bin/sh", "-c", script}, /*grace_s=*/5.0);
+  interrupt.join();
+  ::unsetenv("SOAK_OUT");
+  EXPECT_EQ(code, 130);
+  EXPECT_TRUE(fs::exists(out + "/rank0")) << "rank 0 was stopped before it finished";
 }
 
 // Item 2: a second trainer in a live run's directory (fresh or --resume) is refused, naming the
@@ -342,7 +385,7 @@ TEST_F(Robustness, LatestPointingOutsideTheRunIsRefused) {
   train(c, dir.file("run"));
   fs::create_directories(dir.file("elsewhere"));
   fs::copy(dir.file("run/checkpoints/step_00000003"), dir.file("elsewhere/step_00000003"));
-  for (const std::string bad : {std::string("../../elsewhere/step_00000003"), dir.file("elsewhere/step_00000003"), std::string("step_3/../x"),
+  for (const std::string& bad : {std::string("../../elsewhere/step_00000003"), dir.file("elsewhere/step_00000003"), std::string("step_3/../x"),
                                 std::string("step_"), std::string("latest")}) {
     data::write_file_atomically(dir.file("run/checkpoints/latest"), [&](std::ostream& o) { o << bad << "\n"; });
     expect_error_mentions([&] { train(c, dir.file("run"), true); }, {"checkpoints/latest names '" + bad + "'", "step_NNNNNNNN"});
