@@ -79,6 +79,44 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> absent_biases(con
   return out;
 }
 
+// The files of a checkpoint, written into `tmp` (see checkpoint.hpp).
+void write_checkpoint_files(const fs::path& tmp, const TrainConfig& config, const TrainingSnapshot& snap, const TrainerState& state) {
+  SafetensorsFile weights;
+  weights.metadata["format"] = "pt";  // transformers checks this
+  const auto params = snap.params;
+  for (const auto& t : *snap.tensors)
+    weights.tensors[t.name] = Tensor::from<float>(DType::f32, t.shape, params.subspan(std::size_t(t.offset), std::size_t(t.size)));
+  for (const auto& [bias_name, shape] : absent_biases(*snap.model_config)) {
+    const std::vector<float> zeros(static_cast<std::size_t>(shape[0]), 0.0f);
+    weights.tensors[bias_name] = Tensor::from<float>(DType::f32, shape, std::span<const float>(zeros));
+  }
+  weights.write((tmp / "model.safetensors").string());
+  write_text((tmp / "config.json").string(), hf_config(*snap.model_config));
+
+  SafetensorsFile opt;
+  const std::int64_t n = std::int64_t(params.size());
+  opt.tensors["first_moment"] = Tensor::from<float>(DType::f32, {n}, snap.first_moment);
+  opt.tensors["second_moment"] = Tensor::from<float>(DType::f32, {n}, snap.second_moment);
+  opt.metadata["optimizer"] = std::string(optim::to_string(snap.optimizer));
+  opt.metadata["steps_taken"] = std::to_string(snap.steps_taken);
+  opt.write((tmp / "optimizer.safetensors").string());
+
+  nlohmann::ordered_json st;
+  st["step"] = state.step;
+  st["seed"] = config.train.seed;
+  st["data_position"] = {{"next_step", state.step},
+                         {"sampler", state.replay_log.empty() ? "seeded: windows of step s drawn from SplitMix64(seed, s)" : "replay"},
+                         {"replay_log", state.replay_log}};
+  st["last_loss"] = state.last_loss;
+  st["config"] = nlohmann::json::parse(to_json(config));
+  write_text((tmp / "trainer_state.json").string(), st.dump(2) + "\n");
+
+  nlohmann::ordered_json sums;
+  for (const char* f : kFiles) sums[f] = {{"bytes", fs::file_size(tmp / f)}, {"fnv1a64", file_checksum((tmp / f).string())}};
+  write_text((tmp / "checksums.json").string(), sums.dump(2) + "\n");
+
+}
+
 }  // namespace
 
 std::string file_checksum(const std::string& path) {
@@ -129,40 +167,14 @@ std::string save_checkpoint(const std::string& run_dir, const TrainConfig& confi
   const fs::path tmp = root / (name + ".tmp-" + std::to_string(::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-
-  SafetensorsFile weights;
-  weights.metadata["format"] = "pt";  // transformers checks this
-  const auto params = snap.params;
-  for (const auto& t : *snap.tensors)
-    weights.tensors[t.name] = Tensor::from<float>(DType::f32, t.shape, params.subspan(std::size_t(t.offset), std::size_t(t.size)));
-  for (const auto& [bias_name, shape] : absent_biases(*snap.model_config)) {
-    const std::vector<float> zeros(static_cast<std::size_t>(shape[0]), 0.0f);
-    weights.tensors[bias_name] = Tensor::from<float>(DType::f32, shape, std::span<const float>(zeros));
+  try {
+    write_checkpoint_files(tmp, config, snap, state);
+  } catch (...) {
+    // A full disk: give the space back; the previous checkpoint and `latest` are untouched.
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw;
   }
-  weights.write((tmp / "model.safetensors").string());
-  write_text((tmp / "config.json").string(), hf_config(*snap.model_config));
-
-  SafetensorsFile opt;
-  const std::int64_t n = std::int64_t(params.size());
-  opt.tensors["first_moment"] = Tensor::from<float>(DType::f32, {n}, snap.first_moment);
-  opt.tensors["second_moment"] = Tensor::from<float>(DType::f32, {n}, snap.second_moment);
-  opt.metadata["optimizer"] = std::string(optim::to_string(snap.optimizer));
-  opt.metadata["steps_taken"] = std::to_string(snap.steps_taken);
-  opt.write((tmp / "optimizer.safetensors").string());
-
-  nlohmann::ordered_json st;
-  st["step"] = state.step;
-  st["seed"] = config.train.seed;
-  st["data_position"] = {{"next_step", state.step},
-                         {"sampler", state.replay_log.empty() ? "seeded: windows of step s drawn from SplitMix64(seed, s)" : "replay"},
-                         {"replay_log", state.replay_log}};
-  st["last_loss"] = state.last_loss;
-  st["config"] = nlohmann::json::parse(to_json(config));
-  write_text((tmp / "trainer_state.json").string(), st.dump(2) + "\n");
-
-  nlohmann::ordered_json sums;
-  for (const char* f : kFiles) sums[f] = {{"bytes", fs::file_size(tmp / f)}, {"fnv1a64", file_checksum((tmp / f).string())}};
-  write_text((tmp / "checksums.json").string(), sums.dump(2) + "\n");
 
   // Swap into place. An existing folder of the same step (a resumed run passing it again) is
   // moved aside first and removed only once the new one is in place.
@@ -184,7 +196,46 @@ std::string latest_checkpoint(const std::string& run_dir) {
   if (!fs::exists(pointer)) throw std::runtime_error(run_dir + ": no checkpoint to resume from (" + pointer.string() + " does not exist)");
   std::string name = read_text(pointer.string());
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  // Only a folder of this run: a pointer elsewhere (../../x, /abs/path) would load and later prune
+  // files that are not the run's.
+  const bool digits = name.size() >= 13 && name.find_first_not_of("0123456789", 5) == std::string::npos;
+  if (!name.starts_with("step_") || !digits)
+    throw std::runtime_error(pointer.string() + " names '" + name.substr(0, 200) +
+                             "'; expected the name of a checkpoint folder in " + (fs::path(run_dir) / "checkpoints").string() +
+                             " (step_NNNNNNNN, e.g. step_00000300)");
   return (fs::path(run_dir) / "checkpoints" / name).string();
+}
+
+std::vector<std::string> clean_up_interrupted_writes(const std::string& run_dir) {
+  std::vector<std::string> removed;
+  // NAME.tmp-PID / NAME.old-PID / .NAME.tmp.PID: a known marker followed by digits only.
+  auto pid_suffix = [](const std::string& name, const std::string& marker) -> std::string {
+    const auto at = name.rfind(marker);
+    if (at == std::string::npos || at == 0 || at + marker.size() == name.size()) return {};
+    if (name.find_first_not_of("0123456789", at + marker.size()) != std::string::npos) return {};
+    return name.substr(0, at);
+  };
+  for (const fs::path dir : {fs::path(run_dir), fs::path(run_dir) / "checkpoints"}) {
+    if (!fs::is_directory(dir)) continue;
+    std::vector<fs::path> entries;
+    for (const auto& e : fs::directory_iterator(dir)) entries.push_back(e.path());
+    std::sort(entries.begin(), entries.end());
+    for (const auto& path : entries) {
+      const std::string name = path.filename().string();
+      std::string aside_of = pid_suffix(name, ".old-");
+      if (!aside_of.starts_with("step_")) aside_of.clear();  // not one of ours
+      if (!aside_of.empty() && !fs::exists(dir / aside_of)) {
+        fs::rename(path, dir / aside_of);  // killed between moving it aside and putting the new one in place
+        continue;
+      }
+      const bool temp = !aside_of.empty() || pid_suffix(name, ".tmp-").starts_with("step_") ||
+                        (name.starts_with(".") && !pid_suffix(name, ".tmp.").empty());
+      if (!temp) continue;
+      fs::remove_all(path);
+      removed.push_back(name);
+    }
+  }
+  return removed;
 }
 
 Checkpoint open_checkpoint(const std::string& dir) {

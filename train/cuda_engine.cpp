@@ -182,6 +182,7 @@ class CudaEngine final : public TrainingEngine {
   void optimizer_step(double lr) override {
     optimizer_.step(model_.params(), static_cast<__nv_bfloat16*>(model_.params_bf16()), model_.grads(), lr);
   }
+  bool any_rank(bool local) override { return collectives_ ? collectives_->sum(local ? 1.0 : 0.0) > 0.5 : local; }
   void heartbeat(std::int64_t step) override {
     if (collectives_) collectives_->rendezvous().heartbeat(step);
   }

@@ -189,12 +189,14 @@ int launch_local_ranks(int n, const std::vector<std::string>& argv, double grace
     pids[std::size_t(r)] = pid;
   }
   int result = 0, running = n;
+  int forwarded = 0;  // the signal passed on to the ranks, if any
   bool kill_pending = false;  // SIGKILL the rest at kill_deadline
   Clock::time_point kill_deadline{};
   while (running > 0) {
     if (g_forward_signal) {
       std::fprintf(stderr, "stableflash: passing signal %d on to the %d ranks\n", int(g_forward_signal), n);
       stop_all(int(g_forward_signal));
+      forwarded = int(g_forward_signal);
       g_forward_signal = 0;
       if (!kill_pending) kill_pending = true, kill_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(4 * grace_s));
     }
@@ -206,6 +208,12 @@ int launch_local_ranks(int n, const std::vector<std::string>& argv, double grace
         pids[std::size_t(r)] = -1;
         --running;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        // A rank that stopped as asked (130/143 after a signal) is no failure: rank 0 may still be
+        // writing the checkpoint, and a SIGTERM now would end it half-way.
+        if (forwarded && WIFEXITED(status) && (WEXITSTATUS(status) == 128 + SIGINT || WEXITSTATUS(status) == 128 + SIGTERM)) {
+          if (result == 0) result = WEXITSTATUS(status);
+          continue;
+        }
         if (!ok && result == 0) {
           result = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
           std::fprintf(stderr, "stableflash: rank %d (pid %d) %s; stopping the other ranks\n", r, int(done), describe_status(status).c_str());

@@ -49,6 +49,10 @@ class TrainingEngine {
   // Data parallel: this rank reached `step` (the watchdog's progress signal), and an orderly end.
   virtual void heartbeat(std::int64_t /*step*/) {}
   virtual void finish() {}
+  // True when `local` is true on any rank; every rank calls it at the same point of every step, so
+  // that a stop asked for by a signal (which reaches the ranks at slightly different moments)
+  // ends them all after the same step.
+  virtual bool any_rank(bool local) { return local; }
 };
 
 // bf16_autocast: the CPU model emulates BF16 autocast (Gpt2::set_bf16_autocast).

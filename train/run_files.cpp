@@ -31,7 +31,7 @@ std::string header_text(const BatchLogHeader& h) {
 
 }  // namespace
 
-BatchLog BatchLog::read(const std::string& path) {
+BatchLog BatchLog::read(const std::string& path, std::int64_t max_steps) {
   const auto lines = read_lines(path);
   auto fail = [&](std::size_t line, const std::string& what) -> void {
     throw std::runtime_error(path + ":" + std::to_string(line + 1) + ": " + what);
@@ -53,6 +53,7 @@ BatchLog BatchLog::read(const std::string& path) {
       fail(2, "expected '# windows_per_step: N window_tokens: M'");
   }
   for (std::size_t i = 3; i < lines.size(); ++i) {
+    if (max_steps >= 0 && std::int64_t(log.steps.size()) >= max_steps) break;
     if (lines[i].empty()) continue;
     std::istringstream s(lines[i]);
     std::int64_t step = -1;
@@ -77,17 +78,27 @@ BatchLog BatchLog::read(const std::string& path) {
   return log;
 }
 
-BatchLogWriter::BatchLogWriter(const std::string& path, const BatchLogHeader& header, std::int64_t first_step) : path_(path) {
+std::vector<std::vector<data::WindowStart>> batch_log_for_resume(const std::string& path, const BatchLogHeader& header, std::int64_t steps) {
+  if (!std::filesystem::exists(path))
+    throw std::runtime_error(path + " is missing: the windows of the run's first " + std::to_string(steps) +
+                             " steps are lost with it, so the run could no longer be replayed; restore the file, or start a new run "
+                             "(--replay and a seeded run draw the same data)");
+  BatchLog old = BatchLog::read(path, steps);
+  if (!(old.header == header))
+    throw std::runtime_error(path + ": the existing batch log was written for other shards or batch shape; refusing to mix them");
+  if (std::int64_t(old.steps.size()) < steps)
+    throw std::runtime_error(path + ": holds " + std::to_string(old.steps.size()) + " steps, the checkpoint is at step " +
+                             std::to_string(steps) + "; the log of the steps before it is incomplete");
+  return std::move(old.steps);
+}
+
+BatchLogWriter::BatchLogWriter(const std::string& path, const BatchLogHeader& header, const std::vector<std::vector<data::WindowStart>>& kept)
+    : path_(path) {
   std::string keep = header_text(header);
-  if (std::filesystem::exists(path)) {
-    const BatchLog old = BatchLog::read(path);
-    if (!(old.header == header))
-      throw std::runtime_error(path + ": the existing batch log was written for other shards or batch shape; refusing to mix them");
-    for (std::int64_t s = 0; s < std::min<std::int64_t>(first_step, std::int64_t(old.steps.size())); ++s) {
-      keep += std::to_string(s);
-      for (const auto& w : old.steps[s]) keep += " " + std::to_string(w.shard) + ":" + std::to_string(w.offset);
-      keep += "\n";
-    }
+  for (std::size_t s = 0; s < kept.size(); ++s) {
+    keep += std::to_string(s);
+    for (const auto& w : kept[s]) keep += " " + std::to_string(w.shard) + ":" + std::to_string(w.offset);
+    keep += "\n";
   }
   data::write_file_atomically(path, [&](std::ostream& o) { o << keep; });
   out_.open(path, std::ios::app);

@@ -1,6 +1,7 @@
 // The training loop (see trainer.hpp), written once against TrainingEngine (engine.hpp).
 #include "stableflash/train/trainer.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,6 +20,8 @@
 #include "stableflash/train/checkpoint.hpp"
 #include "stableflash/train/progress.hpp"
 #include "stableflash/train/run_files.hpp"
+#include "stableflash/train/run_lock.hpp"
+#include "stableflash/train/signals.hpp"
 
 namespace stableflash::train {
 namespace fs = std::filesystem;
@@ -138,15 +141,22 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
   header.windows_per_step = windows_per_step;
   header.window_tokens = T + 1;
 
-  const auto engine = make_engine(config, options);
   // Data parallel: every rank computes, rank 0 alone writes the run directory and reports.
   const World& world = options.world;
   const bool writer = world.rank == 0;
+  // One trainer per run directory, taken before anything in it is read (a --resume next to a live
+  // run would read a checkpoint that run is about to replace).
+  std::optional<RunLock> lock;
+  if (writer) lock.emplace(options.run_dir);
+
+  const auto engine = make_engine(config, options);
   if (options.progress && writer)
     std::fprintf(stderr, "  device: %s%s\n", engine->describe().c_str(),
                  world.distributed() ? (", " + std::to_string(world.size) + " ranks").c_str() : "");
   TrainerState state;
   std::string last_checkpoint;
+  std::int64_t last_checkpoint_step = -1;
+  std::vector<std::vector<data::WindowStart>> logged_steps;  // batches.log up to the checkpoint (resume)
   if (options.resume) {
     const std::string latest = latest_checkpoint(options.run_dir);
     Checkpoint ckpt;
@@ -168,9 +178,12 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
       for (const auto& m : mismatches) msg += "\n  " + m;
       throw std::runtime_error(msg);
     }
+    // Read now, written only after every check: a resume that fails leaves the run as it was.
+    if (writer) logged_steps = batch_log_for_resume(options.run_dir + "/batches.log", header, ckpt.state.step);
     engine->load(ckpt);
     state = ckpt.state;
     last_checkpoint = ckpt.dir;
+    last_checkpoint_step = ckpt.state.step;
   } else {
     if (fs::exists(fs::path(options.run_dir) / "checkpoints" / "latest"))
       throw std::runtime_error(options.run_dir + " already holds a run with checkpoints; continue it with --resume or choose another --run-dir");
@@ -179,7 +192,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
   if (!options.replay_log.empty()) state.replay_log = fs::absolute(options.replay_log).string();
   std::optional<BatchLog> replay;
   if (!state.replay_log.empty()) {
-    replay = BatchLog::read(state.replay_log);
+    replay = BatchLog::read(state.replay_log, ts.steps);
     if (replay->header.windows_per_step != windows_per_step || replay->header.window_tokens != T + 1)
       throw std::runtime_error(state.replay_log + ": logged " + std::to_string(replay->header.windows_per_step) + " windows of " +
                                std::to_string(replay->header.window_tokens) + " tokens per step; this config takes " +
@@ -195,10 +208,11 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
   std::optional<BatchLogWriter> batch_log;
   std::ofstream metrics;
   if (writer) {
-    fs::create_directories(options.run_dir);
+    // Every check has passed: from here on the run directory changes.
+    clean_up_interrupted_writes(run);
     data::write_file_atomically(run + "/config.json", [&](std::ostream& o) { o << to_json(config); });
     truncate_metrics(run + "/metrics.jsonl", state.step);
-    batch_log.emplace(run + "/batches.log", header, state.step);
+    batch_log.emplace(run + "/batches.log", header, logged_steps);
     metrics.open(run + "/metrics.jsonl", std::ios::app);
     if (!metrics) throw std::runtime_error(run + "/metrics.jsonl: cannot open for appending");
   }
@@ -239,7 +253,22 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
   // On the GPU the next step's batch is read while this step's work runs (the host would
   // otherwise leave the GPU idle between steps).
   std::future<StepBatch> prefetched;
+  // Ctrl-C / SIGTERM: the step in flight finishes, a checkpoint is written, and the run returns
+  // (the caller exits 130 / 143). Before this point a signal ends the process at once: nothing to save.
+  std::optional<StopOnSignals> stop_on_signals;
+  if (options.stop_on_signals) stop_on_signals.emplace();
   for (std::int64_t step = state.step; step < ts.steps; ++step) {
+    // Every rank asks (a collective): all stop after the same step even when the signal reaches
+    // them at different moments.
+    if (options.stop_on_signals && engine->any_rank(stop_signal() != 0)) {
+      result.stopped_by_signal = stop_signal() != 0 ? stop_signal() : SIGTERM;  // a rank of another host was asked
+      if (writer && state.step > 0 && last_checkpoint_step != state.step) {
+        last_checkpoint = save_checkpoint(run, config, engine->snapshot(), state);
+        last_checkpoint_step = state.step;
+        result.last_checkpoint = last_checkpoint;
+      }
+      break;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     StepBatch batch = prefetched.valid() ? prefetched.get() : load_step(step);
     if (batch_log) batch_log->append(step, batch.windows);
@@ -262,7 +291,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
                           "; stopped before updating the weights. " +
                           (last_checkpoint.empty() ? std::string("No checkpoint was written yet.")
                                                    : "The last good checkpoint is " + last_checkpoint + " (step " +
-                                                         std::to_string(state.step) + "); it is left as it was."));
+                                                         std::to_string(last_checkpoint_step) + "); it is left as it was."));
     }
     m.lr = optim::learning_rate(config.optim, step);
     engine->optimizer_step(m.lr);
@@ -279,6 +308,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
     state.last_loss = m.loss;
     if (writer && (last || (ts.checkpoint_every > 0 && (step + 1) % ts.checkpoint_every == 0))) {
       last_checkpoint = save_checkpoint(run, config, engine->snapshot(), state);
+      last_checkpoint_step = state.step;
       result.last_checkpoint = last_checkpoint;
     }
     progress.update(m);

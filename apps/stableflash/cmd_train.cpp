@@ -3,12 +3,14 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
 #include "stableflash/train/config.hpp"
+#include "stableflash/train/signals.hpp"
 #include "stableflash/train/trainer.hpp"
 
 namespace stableflash::cli {
@@ -17,7 +19,7 @@ namespace {
 struct TrainCommand {
   std::string preset, config_file, run_dir, replay, device = "auto";
   std::vector<std::string> sets;
-  long long steps = 0;
+  std::optional<long long> steps;
   int gpus = 0;
   bool resume = false, quiet = false, print_config = false;
 };
@@ -54,6 +56,8 @@ void print_summary(const train::TrainConfig& c, const std::string& run_dir) {
 
 int run(const TrainCommand& cmd) {
   std::string run_dir = cmd.run_dir;
+  // Checked here, not with CLI11's PositiveNumber, whose message reads "Value 0 not in range 0 to 1.79e308".
+  if (cmd.steps && *cmd.steps < 1) throw std::invalid_argument("--steps must be >= 1 (got " + std::to_string(*cmd.steps) + ")");
   if (cmd.gpus > 1 && run_dir.empty() && !cmd.print_config)
     throw std::invalid_argument("--gpus needs --run-dir DIR (every rank must name the same run directory)");
   if (const int code = launch_ranks_if_asked(cmd.gpus); code >= 0) return code;
@@ -64,7 +68,7 @@ int run(const TrainCommand& cmd) {
   sources.resume_run_dir = cmd.resume ? run_dir : "";
   sources.config_file = cmd.config_file;
   sources.sets = cmd.sets;
-  sources.steps = cmd.steps;
+  sources.steps = cmd.steps.value_or(0);
   const train::TrainConfig config = train::build_config(sources);
   if (cmd.print_config) {
     for (const auto& [k, v] : config.entries()) std::printf("%s=%s\n", k.c_str(), v.c_str());
@@ -78,9 +82,24 @@ int run(const TrainCommand& cmd) {
   options.replay_log = cmd.replay;
   options.progress = !cmd.quiet;
   options.world = world;
+  options.stop_on_signals = true;
   options.device = cmd.device == "cuda" ? train::TrainDevice::cuda : cmd.device == "cpu" ? train::TrainDevice::cpu : train::TrainDevice::automatic;
   const auto result = train::run_training(config, options);
-  if (world.rank != 0) return 0;
+  // The shell's convention for "ended by signal N" (130 for Ctrl-C, 143 for SIGTERM): scripts and
+  // schedulers see the run was stopped, not finished.
+  const int status = result.stopped_by_signal ? 128 + result.stopped_by_signal : 0;
+  if (world.rank != 0) return status;
+  if (result.stopped_by_signal) {
+    const long long at = result.steps.empty() ? -1 : static_cast<long long>(result.steps.back().step + 1);
+    std::fprintf(stderr, "stopped by %s", train::signal_name(result.stopped_by_signal));
+    if (at >= 0) std::fprintf(stderr, " after step %lld of %lld", at, static_cast<long long>(config.train.steps));
+    if (!result.last_checkpoint.empty())
+      std::fprintf(stderr, "; checkpoint %s\ncontinue with: stableflash train --resume --run-dir %s\n", result.last_checkpoint.c_str(),
+                   run_dir.c_str());
+    else
+      std::fprintf(stderr, " before any step; no checkpoint written\n");
+    return status;
+  }
   if (!result.steps.empty()) {
     const auto& last = result.steps.back();
     std::fprintf(stderr, "done: step %lld, loss %.4f%s; metrics in %s/metrics.jsonl, checkpoint %s\n", static_cast<long long>(last.step + 1),
@@ -100,7 +119,7 @@ Runner add_train_command(CLI::App& app) {
   sub->add_option("--preset", cmd->preset, "Starting point: tiny (default), gpt2-124m, gpt2-350m");
   sub->add_option("--config", cmd->config_file, "TOML or JSON file of settings (keys: docs/training.md)")->check(CLI::ExistingFile);
   sub->add_option("--set", cmd->sets, "Override one key, e.g. --set attention.layer.1.delta_source=rounded (repeatable)");
-  sub->add_option("--steps", cmd->steps, "Train up to this many optimizer steps (train.steps)")->check(CLI::PositiveNumber);
+  sub->add_option("--steps", cmd->steps, "Train up to this many optimizer steps (train.steps)");
   sub->add_option("--run-dir", cmd->run_dir, "Run directory (default runs/PRESET-DATE-TIME)");
   sub->add_option("--device", cmd->device, "Where to train: cuda, cpu, or auto (the default: cuda when this build has it and a GPU is visible)")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));

@@ -50,8 +50,14 @@ struct Checkpoint {
   TrainerState state;
 };
 
-// The folder named by RUN/checkpoints/latest; throws (naming the run) when there is none.
+// The folder named by RUN/checkpoints/latest; throws (naming the run) when there is none, or when
+// `latest` names anything but a step_NNNNNNNN folder of this run (a path elsewhere, `..`).
 std::string latest_checkpoint(const std::string& run_dir);
+// Removes what writes cut short by a kill or a full disk leave behind: step_N.tmp-PID folders and
+// `.NAME.tmp.PID` files in RUN/checkpoints and RUN. A step_N.old-PID folder is the previous copy of
+// step_N, moved aside for a rewrite: it is put back when step_N is missing, else removed. Call it
+// holding the run's lock (RunLock): no other writer can be using them. Returns the names removed.
+std::vector<std::string> clean_up_interrupted_writes(const std::string& run_dir);
 // Every checkpoint folder of a run, oldest first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
 

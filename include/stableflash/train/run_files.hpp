@@ -26,15 +26,23 @@ struct BatchLogHeader {
 struct BatchLog {
   BatchLogHeader header;
   std::vector<std::vector<data::WindowStart>> steps;  // steps[s]: the windows of step s
-  // Reads and validates a whole log; errors name the file and line.
-  static BatchLog read(const std::string& path);
+  // Reads and validates the log's first `max_steps` steps (all when negative); lines after them are
+  // not read, so a last line torn by a kill or a full disk past them does no harm. Errors name the
+  // file and line.
+  static BatchLog read(const std::string& path, std::int64_t max_steps = -1);
 };
+
+// The batch log a resumed run continues: the first `steps` steps of the log at `path`, which must
+// exist (a run's log cannot be rebuilt once its data order is lost), match `header` and hold
+// them all. Reads only; errors name the file and what is missing.
+std::vector<std::vector<data::WindowStart>> batch_log_for_resume(const std::string& path, const BatchLogHeader& header, std::int64_t steps);
 
 class BatchLogWriter {
  public:
-  // Opens `path` for appending after keeping only its lines of steps < first_step (a resumed run
-  // rewrites what the interrupted run logged past its checkpoint). A new file gets the header.
-  BatchLogWriter(const std::string& path, const BatchLogHeader& header, std::int64_t first_step);
+  // Replaces `path` (atomically) with the header and the steps `kept` (a resumed run's
+  // batch_log_for_resume: what the interrupted run logged past its checkpoint is dropped), then
+  // opens it for appending.
+  BatchLogWriter(const std::string& path, const BatchLogHeader& header, const std::vector<std::vector<data::WindowStart>>& kept);
   void append(std::int64_t step, const std::vector<data::WindowStart>& windows);  // flushed per line
 
  private:

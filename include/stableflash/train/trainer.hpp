@@ -36,12 +36,16 @@ struct TrainOptions {
   bool resume = false;          // continue from RUN/checkpoints/latest
   std::string replay_log;       // train on exactly these windows (a batch log of an earlier run)
   bool progress = true;         // progress bar on stderr
+  // SIGINT/SIGTERM during the steps finish the step, write a checkpoint and return (stopped_by_signal);
+  // a second one ends the process (signals.hpp). The command line sets it; a library caller may not want it.
+  bool stop_on_signals = false;
   std::function<void(const StepMetrics&)> on_step;  // called after every step (tests, tools)
 };
 
 struct TrainResult {
   std::vector<StepMetrics> steps;  // the steps this call ran
   std::string last_checkpoint;
+  int stopped_by_signal = 0;       // SIGINT or SIGTERM when one stopped the run before train.steps
 };
 
 // Thrown when the loss (or the gradient norm) is NaN or infinite: names the step and the last good
