@@ -8,7 +8,7 @@
 #                                                     # (and build-cuda/devbin.tar.xz, what travels) and
 #                                                     # the peer scripts to .peers
 #   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-audit] [--skip-peer-values] [--skip-bench]
-#                                              [--skip-train] [--train-only] [--skip-dist]
+#                                              [--skip-train] [--train-only] [--skip-dist] [--dist-only]
 # With two GPUs or more it also checks data-parallel training (--gpus 2 and torchrun against one GPU
 # and the CPU, a killed and a stopped rank, resuming on another world size) and times two GPUs.
 # The trainer part: the model, optimizer and trainer GPU tests, then `stableflash bench train` beside
@@ -43,7 +43,7 @@ if [ "${1:-}" = "pack" ]; then
   exit 0
 fi
 
-quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1 train=1 dist=1
+quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1 train=1 dist=1 train_single=1
 for a in "$@"; do
   case "$a" in
     --quick) quick=1 ;;
@@ -54,6 +54,7 @@ for a in "$@"; do
     --skip-peer-values) peer_values=0 ;;
     --skip-train) train=0 ;;
     --skip-dist) dist=0 ;;
+    --dist-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 train_single=0 ;;
     --train-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
@@ -237,7 +238,7 @@ for o in ours:
 EOF
 fi
 
-if [ $train = 1 ]; then
+if [ $train = 1 ] && [ $train_single = 1 ]; then
   for suite in model_gpu_tests optim_gpu_tests train_gpu_tests; do
     step "GPU tests: $suite"
     timeout 300 "$BIN/$suite" --gtest_brief=1 >"$OUT/$suite.log" 2>&1
@@ -310,8 +311,20 @@ EOF
   step "data parallel: a two-rank checkpoint resumes on one GPU"
   "$BIN"/stableflash train --quiet --run-dir "$W/g2" --resume --steps 25 --device cuda && tail -1 "$W/g2/metrics.jsonl" || status=1
 
-  step "data parallel: a killed rank ends the run, named"
+  step "data parallel: Ctrl-C finishes the step on every rank, checkpoints once, exits 130; --resume goes on"
   long=(--preset tiny --quiet --set data.dir="$data" --set train.grad_accum=2 --steps 100000 --set train.val_every=0 --set train.checkpoint_every=0)
+  "$BIN"/stableflash train "${long[@]}" --gpus 2 --run-dir "$W/sigint" >"$OUT/sigint.log" 2>&1 &
+  launcher=$!
+  sleep 12
+  kill -INT $launcher
+  timeout 60 tail --pid=$launcher -f /dev/null; wait $launcher; rc=$?
+  echo "launcher exit $rc:"; cat "$OUT/sigint.log"; ls "$W/sigint/checkpoints"
+  { [ $rc = 130 ] && [ -f "$W/sigint/checkpoints/latest" ]; } || { echo "FAIL: no clean stop on SIGINT"; status=1; }
+  stopped=$(tail -1 "$W/sigint/metrics.jsonl" | python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["step"] + 1)')
+  timeout 60 "$BIN"/stableflash train --quiet --run-dir "$W/sigint" --resume --steps $((stopped + 5)) --gpus 2 &&
+    echo "resumed from step $stopped to $((stopped + 5))" || { echo "FAIL: resume after SIGINT"; status=1; }
+
+  step "data parallel: a killed rank ends the run, named"
   "$BIN"/stableflash train "${long[@]}" --gpus 2 --run-dir "$W/kill" >"$OUT/kill.log" 2>&1 &
   launcher=$!
   sleep 12

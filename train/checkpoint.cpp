@@ -215,7 +215,7 @@ std::vector<std::string> clean_up_interrupted_writes(const std::string& run_dir)
     if (name.find_first_not_of("0123456789", at + marker.size()) != std::string::npos) return {};
     return name.substr(0, at);
   };
-  for (const fs::path dir : {fs::path(run_dir), fs::path(run_dir) / "checkpoints"}) {
+  for (const fs::path& dir : {fs::path(run_dir), fs::path(run_dir) / "checkpoints"}) {
     if (!fs::is_directory(dir)) continue;
     std::vector<fs::path> entries;
     for (const auto& e : fs::directory_iterator(dir)) entries.push_back(e.path());
