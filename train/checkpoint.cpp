@@ -145,8 +145,7 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   return out;
 }
 
-std::string save_checkpoint(const std::string& run_dir, const TrainConfig& config, const model::Gpt2<float>& model,
-                            const optim::Optimizer<float>& optimizer, const TrainerState& state) {
+TrainingSnapshot snapshot_of(const model::Gpt2<float>& model, const optim::Optimizer<float>& optimizer) {
   TrainingSnapshot snap;
   snap.model_config = &model.config();
   snap.tensors = &model.tensors();
@@ -155,8 +154,9 @@ std::string save_checkpoint(const std::string& run_dir, const TrainConfig& confi
   snap.steps_taken = optimizer.steps_taken();
   snap.first_moment = optimizer.first_moment();
   snap.second_moment = optimizer.second_moment();
-  return save_checkpoint(run_dir, config, snap, state);
+  return snap;
 }
+
 
 std::string save_checkpoint(const std::string& run_dir, const TrainConfig& config, const TrainingSnapshot& snap,
                             const TrainerState& state) {

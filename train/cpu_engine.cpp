@@ -26,18 +26,7 @@ class CpuEngine final : public TrainingEngine {
     load_weights(checkpoint, model_);
     load_optimizer(checkpoint, optimizer_);
   }
-  TrainingSnapshot snapshot() override {
-    TrainingSnapshot s;
-    s.model_config = &model_.config();
-    s.tensors = &model_.tensors();
-    s.params = model_.params();
-    s.optimizer = optimizer_.config().kind;
-    s.steps_taken = optimizer_.steps_taken();
-    s.first_moment = optimizer_.first_moment();
-    s.second_moment = optimizer_.second_moment();
-    return s;
-  }
-
+  TrainingSnapshot snapshot() override { return snapshot_of(model_, optimizer_); }
   void read_parameters(std::int64_t offset, std::span<float> out) override {
     const auto p = model_.params().subspan(std::size_t(offset), out.size());
     std::copy(p.begin(), p.end(), out.begin());

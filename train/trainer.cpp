@@ -87,13 +87,15 @@ class WqSpectralProbe {
     for (const auto& t : model::parameter_layout(c))
       if (t.name.ends_with("attn.c_attn.weight")) offsets_.push_back(t.offset);
   }
+  // Reads every layer's c_attn weight (one copy each), then runs the layers' iterations in parallel.
   std::vector<double> measure(TrainingEngine& engine) {
-    std::vector<double> sigma;
-    buffer_.resize(std::size_t(C_) * 3 * C_);
-    for (std::size_t l = 0; l < offsets_.size(); ++l) {
-      engine.read_parameters(offsets_[l], buffer_);
-      sigma.push_back(diag::spectral_norm(buffer_.data(), C_, C_, 3 * std::int64_t(C_), v_[l], v_[l].empty() ? 100 : 8));
-    }
+    const std::size_t n = std::size_t(C_) * 3 * C_, layers = offsets_.size();
+    buffer_.resize(n * layers);
+    for (std::size_t l = 0; l < layers; ++l) engine.read_parameters(offsets_[l], std::span<float>(buffer_).subspan(l * n, n));
+    std::vector<double> sigma(layers);
+#pragma omp parallel for schedule(static)
+    for (std::size_t l = 0; l < layers; ++l)
+      sigma[l] = diag::spectral_norm(buffer_.data() + l * n, C_, C_, 3 * std::int64_t(C_), v_[l], v_[l].empty() ? 100 : 8);
     return sigma;
   }
 

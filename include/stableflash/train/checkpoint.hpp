@@ -41,8 +41,8 @@ struct TrainingSnapshot {
 // `config.train.keep_checkpoints`. Throws naming the path on failure (earlier checkpoints untouched).
 std::string save_checkpoint(const std::string& run_dir, const TrainConfig& config, const TrainingSnapshot& snapshot,
                             const TrainerState& state);
-std::string save_checkpoint(const std::string& run_dir, const TrainConfig& config, const model::Gpt2<float>& model,
-                            const optim::Optimizer<float>& optimizer, const TrainerState& state);
+// The CPU model's and optimizer's own buffers as a snapshot.
+TrainingSnapshot snapshot_of(const model::Gpt2<float>& model, const optim::Optimizer<float>& optimizer);
 
 struct Checkpoint {
   std::string dir;
