@@ -24,7 +24,7 @@ class DeviceArray {
     if (n == 0) return;
     const cudaError_t err = cudaMalloc(&ptr_, n * sizeof(T));
     if (err != cudaSuccess) {
-      cudaGetLastError();  // clear the sticky-free error so later calls work
+      cudaGetLastError();  // clear the error, so later CUDA calls do not report it again
       std::size_t free_bytes = 0, total = 0;
       cudaMemGetInfo(&free_bytes, &total);
       throw std::runtime_error("out of GPU memory: asked for " + std::to_string(n * sizeof(T) >> 20) + " MiB, " +
