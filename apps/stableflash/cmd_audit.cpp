@@ -11,6 +11,7 @@
 #include "stableflash/attention/attention.hpp"
 #include "stableflash/attention/modes.hpp"
 #include "stableflash/diag/audit.hpp"
+#include "stableflash/diag/audit_io.hpp"
 
 namespace stableflash::cli {
 namespace {
@@ -24,6 +25,7 @@ struct AuditCommand {
   std::string numerics, policy, normalizer, round_bits, delta_source;
   std::string beta, eps, seed, device = "cpu";
   bool json = false, show_grid = false;
+  std::string export_dir, import_dir, names, fail_above;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -105,7 +107,42 @@ AuditGrid build_grid(const AuditCommand& c) {
   return g;
 }
 
+// --import: another implementation's outputs measured against an export (diag/audit_io.hpp).
+int run_import(const AuditCommand& c) {
+  const std::vector<std::string> names = split(c.names);
+  if (names.empty()) throw std::invalid_argument("--import needs --name NAME[,NAME...] (outputs in DIR/NAME/<case>.safetensors)");
+  std::optional<double> threshold;
+  if (!c.fail_above.empty()) {
+    try {
+      threshold = to_double(c.fail_above);
+    } catch (const std::exception&) {
+      throw std::invalid_argument("--fail-above: bad value '" + c.fail_above + "'");
+    }
+    if (!(*threshold >= 0.0)) throw std::invalid_argument("--fail-above: must be >= 0, got '" + c.fail_above + "'");
+  }
+  const auto results = diag::import_audit(c.import_dir, names);
+  if (c.json) {
+    for (const auto& r : results) std::cout << diag::to_json_line(r) << '\n';
+  } else {
+    std::cout << "stableflash audit --import " << c.import_dir << "  (" << diag::read_manifest(c.import_dir).grid << ")\n"
+              << "O bias: mean(e)/mean|e| over the V-skewed features; delta = rowsum(dO*O) in FP64 from each O, bias over rows;\n"
+              << "+- is a delta-method standard error over rows; -1..+1, 0 = unbiased\n"
+              << diag::format_import_table(results);
+  }
+  if (threshold) {
+    const auto above = diag::biases_above(results, *threshold);
+    for (const std::string& line : above) std::fprintf(stderr, "audit --fail-above: %s\n", line.c_str());
+    if (!above.empty()) return 3;  // not 1: a CI gate can tell a biased result from an error
+  }
+  return 0;
+}
+
 int run(const AuditCommand& c) {
+  if (!c.import_dir.empty()) {
+    if (!c.export_dir.empty()) throw std::invalid_argument("--export and --import are separate runs");
+    return run_import(c);
+  }
+  if (!c.names.empty() || !c.fail_above.empty()) throw std::invalid_argument("--name and --fail-above go with --import");
   const AuditGrid grid = build_grid(c);
   if (c.show_grid) {
     std::printf("%s\n%zu cases x %zu variants x %zu delta sources\n", grid.describe().c_str(), grid.cases().size(),
@@ -118,6 +155,12 @@ int run(const AuditCommand& c) {
     std::fprintf(stderr, "\raudit: %d/%d cases  %.0fs elapsed, ETA %.0fs   ", done, total, s, s / done * (total - done));
     if (done == total) std::fprintf(stderr, "\n");
   };
+  if (!c.export_dir.empty()) {
+    const auto m = diag::export_audit(grid, c.export_dir, progress);
+    std::printf("audit --export: %zu cases in %s (manifest.json; outputs go in %s/NAME/<case>.safetensors)\n",
+                m.cases.size(), c.export_dir.c_str(), c.export_dir.c_str());
+    return 0;
+  }
   const auto results = diag::run_audit(grid, progress);
   if (c.json) {
     for (const auto& r : results)
@@ -138,6 +181,10 @@ Runner add_audit_command(CLI::App& app) {
   sub->add_option("--grid", c->grid, "Base grid: default (under a minute) or full")->capture_default_str();
   sub->add_flag("--json", c->json, "JSON Lines, one object per case x numerics x policy x delta source");
   sub->add_flag("--show-grid", c->show_grid, "Print the grid as flags and its size, then exit");
+  sub->add_option("--export", c->export_dir, "Write the grid's cases (inputs, FP64 references, manifest.json) to DIR");
+  sub->add_option("--import", c->import_dir, "Measure another implementation's outputs for the export in DIR");
+  sub->add_option("--name", c->names, "With --import: implementation(s) whose outputs are DIR/NAME/<case>.safetensors (comma-separated)");
+  sub->add_option("--fail-above", c->fail_above, "With --import: exit 3 when any |O bias| or |delta bias| exceeds X");
   const char* list = "comma-separated list overriding the grid";
   sub->add_option("--ties", c->ties, std::string("Tied maxima per row: ") + list);
   sub->add_option("--remainder", c->remainder, std::string("Softmax mass outside the ties: ") + list);

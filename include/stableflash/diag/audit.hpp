@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -72,8 +73,14 @@ AuditInputs generate_audit_inputs(const AuditCase& c);
 // A bias summary: mean(e) / mean|e| over a selection; null when mean|e| is 0.
 struct Bias {
   std::optional<double> value;
-  std::int64_t count = 0;  // elements (O) or rows (delta) behind it
+  std::optional<double> se;  // delta-method standard error over rows (ratio_standard_error); null below 2 rows
+  std::int64_t count = 0;    // elements (O) or rows (delta) behind it
 };
+
+// The standard error of R = sum(a) / sum(b) with rows as the sampling unit (a_r = sum of e over
+// the row's selected elements, b_r = sum of |e|): the delta method for a ratio estimator,
+// SE = sqrt(n / (n - 1) * sum_r (a_r - R b_r)^2) / sum(b). Null when n < 2 or sum(b) = 0.
+std::optional<double> ratio_standard_error(std::span<const double> a, std::span<const double> b);
 
 struct DeltaMeasure {
   attention::DeltaSource source;
@@ -95,6 +102,24 @@ struct AuditResult {
   attention::TieCounts ties;
   std::vector<DeltaMeasure> deltas;
 };
+
+// The measures of one output against the FP64 reference (numerics-findings.md), shared by the
+// audit and `audit --import` so that both tables come from the same code. Tensors are [rows, D].
+struct OutputMeasure {
+  Bias o_bias;                  // over the first `selected_features` features of every row
+  double mean_err_ulp = 0.0;    // mean(e / ulp_bf16(O_ref)) over the same selection
+  double rel_l2 = 0.0;          // ||e|| / ||O_ref|| over all finite elements
+  std::int64_t nonfinite = 0;
+  std::int64_t zeroed_rows = 0;
+};
+OutputMeasure measure_output(std::span<const double> o, std::span<const double> o_ref, int D, int selected_features);
+// delta = rowsum(d_o * x) in FP64, d before d+1: the reference delta (x = O_ref) and the delta of a
+// given output (x = its O).
+std::vector<double> rowsum_products(std::span<const bf16> d_o, std::span<const double> x, int D);
+// The delta measures over every row with a finite delta.
+DeltaMeasure measure_delta(attention::DeltaSource source, std::span<const double> delta, std::span<const double> delta_ref);
+// The features of O the O bias is taken over: the first D/2, where V carries the sign skew.
+inline int skewed_features(int D) { return D / 2; }
 
 // Runs the grid; `progress(done, total)` is called after each case.
 std::vector<AuditResult> run_audit(const AuditGrid& grid, const std::function<void(int, int)>& progress = {});
