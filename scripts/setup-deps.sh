@@ -12,6 +12,7 @@ debian_packages=(
   libtomlplusplus-dev                   # trainer config files
   libpcre2-dev libzstd-dev              # tokenizer pattern, compressed corpora
   clang libclang-rt-dev                 # libFuzzer targets (tests/fuzz): the runtime is only "recommended"
+  chromium                              # tests: the report page is opened in a real headless browser
 )
 
 missing=()
@@ -40,6 +41,15 @@ if ! PYTHONPATH="$python_deps" python3 -c "import tiktoken, sys; sys.exit(tiktok
   echo "setup: installing tiktoken==$tiktoken_version into $python_deps"
   python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
     --target "$python_deps" --upgrade "tiktoken==$tiktoken_version"
+fi
+
+# matplotlib draws `stableflash report`'s plots (scripts/report/); pinned so the pictures, and the
+# tests that check them, do not change under us. Its wheels bring numpy, pillow and the rest.
+matplotlib_version=3.10.8
+if ! PYTHONPATH="$python_deps" python3 -c "import matplotlib, sys; sys.exit(matplotlib.__version__ != '$matplotlib_version')" 2>/dev/null; then
+  echo "setup: installing matplotlib==$matplotlib_version into $python_deps"
+  python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
+    --target "$python_deps" --upgrade "matplotlib==$matplotlib_version"
 fi
 
 # GPT-2's ranks file in tiktoken format, read at run time by the tokenizer (never downloaded at

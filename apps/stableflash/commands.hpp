@@ -24,5 +24,6 @@ Runner add_decode_command(CLI::App& app);
 Runner add_prepare_command(CLI::App& app);
 Runner add_train_command(CLI::App& app);
 Runner add_sample_command(CLI::App& app);
+Runner add_report_command(CLI::App& app);
 
 }  // namespace stableflash::cli

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   runners["prepare"] = stableflash::cli::add_prepare_command(app);
   runners["train"] = stableflash::cli::add_train_command(app);
   runners["sample"] = stableflash::cli::add_sample_command(app);
+  runners["report"] = stableflash::cli::add_report_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,140 @@
+"""The report's figures. Each is one small drawing function plus one line in SERIES naming the
+metrics.jsonl key it needs: a new probe in the trainer becomes a new picture by adding both."""
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import matplotlib.colors as mcolors
+import matplotlib.pyplot as plt
+
+from runs import finite
+
+
+@dataclass(frozen=True)
+class Series:
+    key: str  # the metrics.jsonl field it draws; runs without it are left out of the figure
+    file: str  # file name without extension (.png and .svg are written)
+    title: str
+    caption: str
+    draw: Optional[Callable]  # draw(runs) -> matplotlib Figure; None: the trainer does not record it yet
+
+
+def colors(n):
+    # tab10 while it suffices (its colours are the most distinct), tab20 up to 20, then a ramp.
+    if n <= 10:
+        return [plt.get_cmap("tab10")(i) for i in range(n)]
+    if n <= 20:
+        return [plt.get_cmap("tab20")(i) for i in range(n)]
+    return [plt.get_cmap("viridis")(i / (n - 1)) for i in range(n)]
+
+
+def overlay(runs, key, ylabel, reduce=None, log=False, marker=None):
+    """One line per run over steps, legend = run names; `reduce` turns list values into one number."""
+    fig, ax = plt.subplots(figsize=(10, 5.2))
+    for run, color in zip(runs, colors(len(runs))):
+        steps, values = run.series(key)
+        if reduce:
+            values = [reduce(v) for v in values]
+        ax.plot(steps, values, color=color, lw=1.0, marker=marker, ms=3, label=run.name)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    if log:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2 if len(runs) > 7 else 1, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    return fig, ax
+
+
+def panels(runs):
+    """A grid with one panel per run (shared axes, so the panels compare)."""
+    ncols = min(len(runs), 4)
+    nrows = math.ceil(len(runs) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 3.2 * nrows + 0.6), sharex=True, sharey=True, squeeze=False)
+    for ax in axes.flat[len(runs):]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[: len(runs)])
+
+
+def draw_loss(runs):
+    fig, ax = overlay(runs, "loss", "training loss (nats)")
+    # The first steps (ln 50257 ≈ 10.8) would squash everything after them: the y range starts at
+    # what the runs reach after their first 10% of steps.
+    later = [v for r in runs for s, v in zip(*r.series("loss")) if s >= r.rows[-1]["step"] / 10]
+    if finite(later):
+        lo, hi = min(finite(later)), max(finite(later))
+        ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+    return fig
+
+
+def draw_val_loss(runs):
+    return overlay(runs, "val_loss", "validation loss (nats)", marker="o")[0]
+
+
+def draw_lr(runs):
+    return overlay(runs, "lr", "learning rate")[0]
+
+
+def draw_grad_norm(runs):
+    return overlay(runs, "grad_norm", "gradient norm (before clipping)", log=True)[0]
+
+
+def draw_wq_sigma_max(runs):
+    return overlay(runs, "wq_sigma", "largest W_Q spectral norm over layers", reduce=max, log=True)[0]
+
+
+def draw_wq_sigma_layers(runs):
+    fig, axes = panels(runs)
+    for run, ax in zip(runs, axes):
+        steps, sigmas = run.series("wq_sigma")
+        layers = max(len(s) for s in sigmas)
+        for layer, color in zip(range(layers), colors(layers)):
+            ax.plot(steps, [s[layer] if layer < len(s) else math.nan for s in sigmas], color=color, lw=1.0, label=f"layer {layer}")
+        ax.set_title(run.name, fontsize=8)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=6, frameon=False)
+    fig.supxlabel("step", fontsize=9)
+    fig.supylabel("W_Q spectral norm", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def draw_wq_sigma_heatmap(runs):
+    fig, axes = panels(runs)
+    # One colour scale for every panel (log: the norms span 1 to 100+), so colours compare across runs.
+    everything = [v for r in runs for s in r.series("wq_sigma")[1] for v in finite(s)]
+    norm = mcolors.LogNorm(vmin=max(min(everything), 1e-3), vmax=max(everything))
+    image = None
+    for run, ax in zip(runs, axes):
+        steps, sigmas = run.series("wq_sigma")
+        layers = max(len(s) for s in sigmas)
+        grid = [[s[layer] if layer < len(s) else math.nan for s in sigmas] for layer in range(layers)]  # [layer, probe]
+        image = ax.imshow(grid, aspect="auto", origin="lower", norm=norm, cmap="magma", interpolation="nearest",
+                          extent=(steps[0], steps[-1], -0.5, layers - 0.5))
+        ax.set_title(run.name, fontsize=8)
+    fig.supxlabel("probe step", fontsize=9)
+    fig.supylabel("layer", fontsize=9)
+    fig.tight_layout()
+    fig.colorbar(image, ax=axes, label="W_Q spectral norm", fraction=0.03, pad=0.02)
+    return fig
+
+
+SERIES = [
+    Series("loss", "loss", "Training loss", "Each step's loss before its update; runs overlaid.", draw_loss),
+    Series("val_loss", "val_loss", "Validation loss", "The loss on the fixed validation windows.", draw_val_loss),
+    Series("lr", "lr", "Learning rate", "The schedule each run followed.", draw_lr),
+    Series("grad_norm", "grad_norm", "Gradient norm", "The global gradient norm before clipping (log scale).", draw_grad_norm),
+    Series("wq_sigma", "wq_sigma_max", "W_Q spectral norm, largest layer",
+           "Per probe step, the largest spectral norm of any layer's W_Q: the paper's symptom grows here before the loss jumps.",
+           draw_wq_sigma_max),
+    Series("wq_sigma", "wq_sigma_layers", "W_Q spectral norm per layer", "One panel per run, one line per layer.",
+           draw_wq_sigma_layers),
+    Series("wq_sigma", "wq_sigma_heatmap", "W_Q spectral norm, layer × probe step",
+           "One panel per run; one colour scale (log) for all panels.", draw_wq_sigma_heatmap),
+    # Recorded by later probes (issue 11, item 1); their key names are provisional until the
+    # trainer writes them, and each then needs a drawing function here.
+    Series("wq_sigma_heads", "wq_sigma_heads", "W_Q spectral norm per head", "", None),
+    Series("ties", "ties", "Rows with tied maxima over time", "", None),
+    Series("delta_running_sum", "delta_running_sum", "δ running sum (the paper's Fig. 5a)", "", None),
+]
