@@ -48,13 +48,18 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// A number as JSON: non-finite values (a NaN validation loss, an infinite norm) as null, which JSON
+// has, instead of the bare nan/inf that printf writes and no JSON reader takes.
+std::string json_number(const char* f, double v) { return std::isfinite(v) ? fmt(f, v) : "null"; }
+
 std::string metrics_line(const StepMetrics& m) {
-  std::string s = "{\"step\": " + std::to_string(m.step) + ", \"loss\": " + fmt("%.9g", m.loss) + ", \"lr\": " + fmt("%.17g", m.lr) +
-                  ", \"grad_norm\": " + fmt("%.9g", m.grad_norm) + ", \"tokens_per_s\": " + fmt("%.1f", m.tokens_per_s);
-  if (m.val_loss) s += ", \"val_loss\": " + fmt("%.9g", *m.val_loss);
+  std::string s = "{\"step\": " + std::to_string(m.step) + ", \"loss\": " + json_number("%.9g", m.loss) + ", \"lr\": " +
+                  json_number("%.17g", m.lr) + ", \"grad_norm\": " + json_number("%.9g", m.grad_norm) +
+                  ", \"tokens_per_s\": " + json_number("%.1f", m.tokens_per_s);
+  if (m.val_loss) s += ", \"val_loss\": " + json_number("%.9g", *m.val_loss);
   if (!m.wq_sigma.empty()) {
     s += ", \"wq_sigma\": [";
-    for (std::size_t l = 0; l < m.wq_sigma.size(); ++l) s += (l ? ", " : "") + fmt("%.6g", m.wq_sigma[l]);
+    for (std::size_t l = 0; l < m.wq_sigma.size(); ++l) s += (l ? ", " : "") + json_number("%.6g", m.wq_sigma[l]);
     s += "]";
   }
   return s + "}\n";

@@ -28,10 +28,22 @@ def load_run(path, name):
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
+                rows.append(_nulls_to_nan(json.loads(line)))
             except json.JSONDecodeError as e:
                 raise SystemExit(f"{metrics}:{number}: malformed JSON ({e})")
     return Run(dir=path, name=name, rows=rows)
+
+
+def _nulls_to_nan(value):
+    """The trainer writes a non-finite number (a NaN validation loss, an infinite norm) as null; plots
+    draw NaN as a gap, and the tables skip it (finite())."""
+    if value is None:
+        return math.nan
+    if isinstance(value, list):
+        return [_nulls_to_nan(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _nulls_to_nan(v) for k, v in value.items()}
+    return value
 
 
 def run_names(paths):
