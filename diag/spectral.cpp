@@ -7,7 +7,7 @@
 
 namespace stableflash::diag {
 
-double spectral_norm(const float* w, int rows, int cols, std::int64_t ld, std::vector<double>& v, int iterations) {
+double spectral_norm(const float* w, int rows, int cols, std::int64_t ld, std::vector<double>& v, int iterations, double tolerance) {
   if (rows < 1 || cols < 1 || ld < cols || iterations < 1) throw std::invalid_argument("spectral_norm: bad shape or iteration count");
   if (v.size() != std::size_t(cols)) v.assign(std::size_t(cols), 1.0 / std::sqrt(double(cols)));  // fixed, not random: reproducible
   std::vector<double> u(static_cast<std::size_t>(rows));
@@ -32,8 +32,10 @@ double spectral_norm(const float* w, int rows, int cols, std::int64_t ld, std::v
     double vv = 0.0;
     for (double x : v) vv += x * x;
     const double norm = std::sqrt(vv);
+    const double previous = sigma;
     sigma = norm / std::sqrt(uu);
     for (double& x : v) x /= norm;
+    if (tolerance > 0 && std::abs(sigma - previous) <= tolerance * sigma) break;
   }
   return sigma;
 }

@@ -120,6 +120,25 @@ def draw_wq_sigma_heatmap(runs):
     return fig
 
 
+def draw_wq_sigma_heads(runs):
+    """Layer x head of each run's last probe: the paper's Fig. 3 picks out the heads that blow up."""
+    fig, axes = panels(runs)
+    last = [(r.series("wq_sigma_heads")[0][-1], r.series("wq_sigma_heads")[1][-1]) for r in runs]
+    everything = [v for _, grid in last for row in grid for v in finite(row)]
+    norm = mcolors.LogNorm(vmin=max(min(everything), 1e-3), vmax=max(everything))
+    image = None
+    for run, ax, (step, grid) in zip(runs, axes, last):
+        image = ax.imshow(grid, aspect="auto", origin="lower", norm=norm, cmap="magma", interpolation="nearest")
+        ax.set_xticks(range(len(grid[0])))
+        ax.set_yticks(range(len(grid)))
+        ax.set_title(f"{run.name} (after step {step})", fontsize=8)
+    fig.supxlabel("head", fontsize=9)
+    fig.supylabel("layer", fontsize=9)
+    fig.tight_layout()
+    fig.colorbar(image, ax=axes, label="W_Q spectral norm of the head", fraction=0.03, pad=0.02, format="%.3g")
+    return fig
+
+
 SERIES = [
     Series("loss", "loss", "Training loss", "Each step's loss before its update; runs overlaid.", draw_loss),
     Series("val_loss", "val_loss", "Validation loss", "The loss on the fixed validation windows.", draw_val_loss),
@@ -132,9 +151,10 @@ SERIES = [
            draw_wq_sigma_layers),
     Series("wq_sigma", "wq_sigma_heatmap", "W_Q spectral norm, layer × probe step",
            "One panel per run; one colour scale (log) for all panels.", draw_wq_sigma_heatmap),
+    Series("wq_sigma_heads", "wq_sigma_heads", "W_Q spectral norm per head, last probe",
+           "Layer × head of each run's last probe; one colour scale (log) for all panels.", draw_wq_sigma_heads),
     # Recorded by later probes (issue 11, item 1); their key names are provisional until the
     # trainer writes them, and each then needs a drawing function here.
-    Series("wq_sigma_heads", "wq_sigma_heads", "W_Q spectral norm per head", "", None),
     Series("ties", "ties", "Rows with tied maxima over time", "", None),
     Series("delta_running_sum", "delta_running_sum", "δ running sum (the paper's Fig. 5a)", "", None),
 ]

@@ -4,8 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <Eigen/Dense>
+
 #include <omp.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -250,6 +253,59 @@ TEST_F(Trainer, SamplingIsSeededAndDrawsOnlyRealTokens) {
   // 80% of the training tokens are the 16 ids of a cycle: the trained model's greedy choices are among them.
   const auto g = generate(m, {4, 5, 6, 7}, greedy);
   for (std::size_t i = 4; i < g.size(); ++i) EXPECT_LT(g[i], 16);
+}
+
+}  // namespace
+}  // namespace stableflash::train
+
+namespace stableflash::train {
+namespace {
+
+// The W_Q probe: every probe_every steps each layer's and each head's W_Q spectral norm, checked
+// against a full SVD (Eigen, FP64) of the final checkpoint's weights, which the last probe saw.
+// Power iteration estimates from below and stops when a round changes the estimate by at most
+// 1e-6 of itself, leaving an error of about 1e-6 r / (1 - r), r = (sigma_2 / sigma_1)^2 (taken from
+// the SVD; the factor 2 covers the neglected higher-order terms). It separates sigma_1 from sigma_2
+// only at the rate r per round, so where they are nearly equal (r -> 1; one head here has
+// sigma_2 / sigma_1 = 0.992) the round cap stops it in between: the estimate is then within twice
+// their gap, 2 (1 - sqrt(r)) sigma_1, which is far below the growth the probe is for (x10 and more).
+// metrics.jsonl prints 6 significant digits (half a unit of the last: 5e-6 relative).
+TEST_F(Trainer, ProbesWriteLayerAndHeadSpectralNorms) {
+  TrainConfig c = config();  // 2 layers, 2 heads, width 32
+  c.train.probe_every = 2;
+  train(c, dir.file("run"));
+  const auto lines = metrics_lines(dir.file("run/metrics.jsonl"));
+  int probes = 0;
+  for (const auto& l : lines) {
+    const bool probe_step = (l["step"].get<int>() + 1) % 2 == 0;
+    ASSERT_EQ(l.contains("wq_sigma") && l.contains("wq_sigma_heads"), probe_step) << l.dump();
+    probes += probe_step;
+  }
+  EXPECT_EQ(probes, 3);  // after steps 1, 3, 5 of 6
+  const auto layers = lines.back()["wq_sigma"].get<std::vector<double>>();
+  const auto heads = lines.back()["wq_sigma_heads"].get<std::vector<std::vector<double>>>();
+  const auto weights = data::SafetensorsFile::read(latest_checkpoint(dir.file("run")) + "/model.safetensors");
+  const int C = c.model.n_embd, H = c.model.n_head, D = C / H;
+  ASSERT_EQ(layers.size(), std::size_t(c.model.n_layer));
+  ASSERT_EQ(heads.size(), std::size_t(c.model.n_layer));
+  auto check = [&](double probe, const Eigen::MatrixXd& m, const std::string& what) {
+    const Eigen::VectorXd s = Eigen::JacobiSVD<Eigen::MatrixXd>(m).singularValues();
+    const double r = s.size() > 1 ? std::pow(s(1) / s(0), 2) : 0.0;
+    // 50 rounds (the cap after the first probe) reach the 1e-6 stop from any warm start when r^50 < 1e-6.
+    const double printed = 5e-6, converged = 2 * 1e-6 * r / (1 - r), between = 2 * (1 - std::sqrt(r));
+    const double error = std::pow(r, 50) < 1e-6 ? converged : between;
+    EXPECT_LE(probe, s(0) * (1 + printed)) << what;
+    EXPECT_GE(probe, s(0) * (1 - error - printed)) << what << " ((sigma_2 / sigma_1)^2 = " << r << ")";
+  };
+  for (int l = 0; l < c.model.n_layer; ++l) {
+    const auto w = weights.find("transformer.h." + std::to_string(l) + ".attn.c_attn.weight")->as<float>();  // [C, 3C]
+    Eigen::MatrixXd wq(C, C);
+    for (int i = 0; i < C; ++i)
+      for (int j = 0; j < C; ++j) wq(i, j) = double(w[std::size_t(i) * 3 * C + j]);
+    check(layers[std::size_t(l)], wq, "layer " + std::to_string(l));
+    ASSERT_EQ(heads[std::size_t(l)].size(), std::size_t(H));
+    for (int h = 0; h < H; ++h) check(heads[std::size_t(l)][std::size_t(h)], wq.middleCols(h * D, D), "layer " + std::to_string(l) + " head " + std::to_string(h));
+  }
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
   std::optional<double> val_loss;  // after this step's update, when evaluated
   std::vector<double> wq_sigma;    // after this step's update, on probe steps: each layer's W_Q spectral norm
+  std::vector<std::vector<double>> wq_sigma_heads;  // and each head's W_Q: [layer][head]
 };
 
 // Where the steps run. `automatic`: the GPU when this build has CUDA and one is visible, else the CPU.
