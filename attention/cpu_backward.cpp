@@ -2,7 +2,9 @@
 // Per head: every query row recomputes its scores and P = exp(S - lse), takes delta from the
 // configured source, and materializes BF16(P) and BF16(dS) (the operands of the gradient
 // products); dQ is then summed per query row and dK, dV per key, each in an emulated FP32
-// accumulator and rounded once. Nothing depends on the thread count.
+// accumulator and rounded once. With grouped-query heads, the dK, dV of a KV head are its query
+// heads' BF16 dK, dV summed in FP32 in ascending head order, then rounded to BF16 (the result of
+// multi-head attention on repeated K/V, summed per group). Nothing depends on the thread count.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -71,8 +73,8 @@ struct Inputs {
   std::vector<float> residual;  // head-major, empty unless compensated
   Inputs(const BackwardArgs& a)
       : q(a.q, a.layout, a.shape.batch, a.shape.heads, a.shape.q_len, a.shape.head_dim),
-        k(a.k, a.layout, a.shape.batch, a.shape.heads, a.shape.k_len, a.shape.head_dim),
-        v(a.v, a.layout, a.shape.batch, a.shape.heads, a.shape.k_len, a.shape.head_dim),
+        k(a.k, a.layout, a.shape.batch, a.shape.resolved_kv_heads(), a.shape.k_len, a.shape.head_dim),
+        v(a.v, a.layout, a.shape.batch, a.shape.resolved_kv_heads(), a.shape.k_len, a.shape.head_dim),
         o(a.o, a.layout, a.shape.batch, a.shape.heads, a.shape.q_len, a.shape.head_dim),
         d_o(a.d_o, a.layout, a.shape.batch, a.shape.heads, a.shape.q_len, a.shape.head_dim) {
     if (a.o_residual)
@@ -80,7 +82,8 @@ struct Inputs {
   }
   HeadTensors head(const BackwardArgs& a, int b, int h) const {
     const std::int64_t row0 = (std::int64_t(b) * a.shape.heads + h) * a.shape.q_len;
-    return {q.head(b, h), k.head(b, h),    v.head(b, h), o.head(b, h),
+    const int kh = a.shape.kv_head_of(h);
+    return {q.head(b, h), k.head(b, kh),   v.head(b, kh), o.head(b, h),
             residual.empty() ? nullptr : residual.data() + row0 * a.shape.head_dim,
             d_o.head(b, h), a.lse + row0};
   }
@@ -151,60 +154,71 @@ void attention_backward(const BackwardArgs& a, const AttentionOptions& opt) {
   const float scale = opt.resolved_scale(dim);
   const bool paper_mode = opt.numerics == Numerics::paper;
   const Inputs in(a);
-  const HeadStrides qs = HeadStrides::of(a.layout, s.heads, tq, dim), ks = HeadStrides::of(a.layout, s.heads, tk, dim);
+  const int kv_heads = s.resolved_kv_heads(), group = s.group_size();
+  const HeadStrides qs = HeadStrides::of(a.layout, s.heads, tq, dim), ks = HeadStrides::of(a.layout, kv_heads, tk, dim);
   // BF16(P) and BF16(dS) of one head, [Tq, Tk]; masked entries stay 0.
   std::vector<float> p_op(std::size_t(tq) * tk), ds_op(std::size_t(tq) * tk);
   // paper: dS already carries the scale; fused: the scale multiplies the FP32 products.
   const double product_scale = paper_mode ? 1.0 : scale;
   auto round_grad = [&](double acc) { return bf16::from_float(mul_rn(static_cast<float>(acc), float(product_scale))); };
+  // dK, dV of the current KV head: its query heads' BF16 gradients summed in ascending head order.
+  detail::GroupGradientSum dk_sum(std::size_t(tk) * dim), dv_sum(std::size_t(tk) * dim);
 
   for (int b = 0; b < s.batch; ++b) {
-    for (int h = 0; h < s.heads; ++h) {
-      const HeadTensors t = in.head(a, b, h);
-      std::fill(p_op.begin(), p_op.end(), 0.0f);
-      std::fill(ds_op.begin(), ds_op.end(), 0.0f);
+    for (int kh = 0; kh < kv_heads; ++kh) {
+      for (int g = 0; g < group; ++g) {
+        const int h = kh * group + g;
+        const HeadTensors t = in.head(a, b, h);
+        std::fill(p_op.begin(), p_op.end(), 0.0f);
+        std::fill(ds_op.begin(), ds_op.end(), 0.0f);
 #pragma omp parallel
-      {
-        RowTerms terms(tk);
+        {
+          RowTerms terms(tk);
 #pragma omp for schedule(dynamic, 8)
-        for (int i = 0; i < tq; ++i) {
-          const int last = last_visible_key(i, tq, tk, opt.causal);
-          const std::int64_t row = (std::int64_t(b) * s.heads + h) * tq + i;
-          if (last < 0) {
-            if (a.delta) a.delta[row] = 0.0f;
-            continue;
-          }
-          compute_row_terms(opt, t, i, last, dim, scale, terms);
-          const float delta = row_delta(opt, t, i, last, dim, terms);
-          if (a.delta) a.delta[row] = delta;
-          float* p_row = p_op.data() + std::size_t(i) * tk;
-          float* ds_row = ds_op.data() + std::size_t(i) * tk;
-          for (int j = 0; j <= last; ++j) {
-            const float ds = paper_mode ? paper::dscore(terms.p[j], terms.dp[j], delta, scale)
-                                        : fused::dscore(terms.p[j], terms.dp[j], delta);
-            p_row[j] = round_bf16(terms.p[j]);
-            ds_row[j] = round_bf16(ds);
+          for (int i = 0; i < tq; ++i) {
+            const int last = last_visible_key(i, tq, tk, opt.causal);
+            const std::int64_t row = (std::int64_t(b) * s.heads + h) * tq + i;
+            if (last < 0) {
+              if (a.delta) a.delta[row] = 0.0f;
+              continue;
+            }
+            compute_row_terms(opt, t, i, last, dim, scale, terms);
+            const float delta = row_delta(opt, t, i, last, dim, terms);
+            if (a.delta) a.delta[row] = delta;
+            float* p_row = p_op.data() + std::size_t(i) * tk;
+            float* ds_row = ds_op.data() + std::size_t(i) * tk;
+            for (int j = 0; j <= last; ++j) {
+              const float ds = paper_mode ? paper::dscore(terms.p[j], terms.dp[j], delta, scale)
+                                          : fused::dscore(terms.p[j], terms.dp[j], delta);
+              p_row[j] = round_bf16(terms.p[j]);
+              ds_row[j] = round_bf16(ds);
+            }
           }
         }
-      }
-      // dQ[i] = sum_j BF16(dS[i][j]) k[j]
+        // dQ[i] = sum_j BF16(dS[i][j]) k[j]
 #pragma omp parallel for schedule(static)
-      for (int i = 0; i < tq; ++i) {
-        std::vector<double> acc(dim, 0.0);
-        const float* ds_row = ds_op.data() + std::size_t(i) * tk;
-        for (int j = 0; j < tk; ++j) {
-          if (ds_row[j] == 0.0f) continue;
-          const float* kj = t.k + std::int64_t(j) * dim;
-          for (int d = 0; d < dim; ++d) acc[d] += double(ds_row[j]) * kj[d];
+        for (int i = 0; i < tq; ++i) {
+          std::vector<double> acc(dim, 0.0);
+          const float* ds_row = ds_op.data() + std::size_t(i) * tk;
+          for (int j = 0; j < tk; ++j) {
+            if (ds_row[j] == 0.0f) continue;
+            const float* kj = t.k + std::int64_t(j) * dim;
+            for (int d = 0; d < dim; ++d) acc[d] += double(ds_row[j]) * kj[d];
+          }
+          for (int d = 0; d < dim; ++d) a.dq[qs.at(b, h, i) + d] = round_grad(acc[d]);
         }
-        for (int d = 0; d < dim; ++d) a.dq[qs.at(b, h, i) + d] = round_grad(acc[d]);
+        column_products(ds_op, tq, tk, t.q, dim, [&](int j, const std::vector<double>& acc) {
+          for (int d = 0; d < dim; ++d) dk_sum.add(std::size_t(j) * dim + d, g == 0, round_grad(acc[d]));
+        });
+        column_products(p_op, tq, tk, t.d_o, dim, [&](int j, const std::vector<double>& acc) {
+          for (int d = 0; d < dim; ++d) dv_sum.add(std::size_t(j) * dim + d, g == 0, bf16::from_float(static_cast<float>(acc[d])));
+        });
       }
-      column_products(ds_op, tq, tk, t.q, dim, [&](int j, const std::vector<double>& acc) {
-        for (int d = 0; d < dim; ++d) a.dk[ks.at(b, h, j) + d] = round_grad(acc[d]);
-      });
-      column_products(p_op, tq, tk, t.d_o, dim, [&](int j, const std::vector<double>& acc) {
-        for (int d = 0; d < dim; ++d) a.dv[ks.at(b, h, j) + d] = bf16::from_float(static_cast<float>(acc[d]));
-      });
+      for (int j = 0; j < tk; ++j)
+        for (int d = 0; d < dim; ++d) {
+          a.dk[ks.at(b, kh, j) + d] = bf16::from_float(dk_sum.sum[std::size_t(j) * dim + d]);
+          a.dv[ks.at(b, kh, j) + d] = bf16::from_float(dv_sum.sum[std::size_t(j) * dim + d]);
+        }
     }
   }
 }

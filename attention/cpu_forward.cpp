@@ -182,8 +182,8 @@ void forward_with_policy(const Policy& policy, const ForwardArgs& a, const Atten
   const float scale = opt.resolved_scale(dim);
   const bool want_residual = a.o_residual != nullptr;
   const HeadMajor q(a.q, a.layout, s.batch, s.heads, s.q_len, dim);
-  const HeadMajor k(a.k, a.layout, s.batch, s.heads, s.k_len, dim);
-  const HeadMajor v(a.v, a.layout, s.batch, s.heads, s.k_len, dim);
+  const HeadMajor k(a.k, a.layout, s.batch, s.resolved_kv_heads(), s.k_len, dim);
+  const HeadMajor v(a.v, a.layout, s.batch, s.resolved_kv_heads(), s.k_len, dim);
   const HeadStrides qs = HeadStrides::of(a.layout, s.heads, s.q_len, dim);
   const int row_tiles = (s.q_len + br - 1) / br;
   const std::int64_t units = std::int64_t(s.batch) * s.heads * row_tiles;
@@ -198,7 +198,7 @@ void forward_with_policy(const Policy& policy, const ForwardArgs& a, const Atten
       const int b = int(u / (std::int64_t(s.heads) * row_tiles));
       const int h = int(u / row_tiles % s.heads);
       const int tile = int(u % row_tiles);
-      const HeadInputs in{q.head(b, h), k.head(b, h), v.head(b, h)};
+      const HeadInputs in{q.head(b, h), k.head(b, s.kv_head_of(h)), v.head(b, s.kv_head_of(h))};
       for (int i = tile * br; i < std::min(s.q_len, (tile + 1) * br); ++i) {
         const int last = last_visible_key(i, s.q_len, s.k_len, opt.causal);
         float lse = std::numeric_limits<float>::infinity();

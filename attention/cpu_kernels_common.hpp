@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "stableflash/attention/attention.hpp"
+#include "stableflash/numerics/fp32_ops.hpp"
 
 namespace stableflash::attention::detail {
 
@@ -35,12 +36,26 @@ struct HeadMajor {
   const float* row(int b, int h, int t) const { return head(b, h) + std::int64_t(t) * dim; }
 };
 
-// Writes a head-major [T, D] block of values into (b, h) of a tensor in `layout`.
+// Writes a head-major [T, D] block of values into (b, h) of a tensor of `heads` heads in `layout`.
 template <class T, class Src, class Convert>
-void scatter_head(T* dst, Layout layout, const AttentionShape& s, int len, int b, int h, const Src* src, Convert conv) {
-  const HeadStrides st = HeadStrides::of(layout, s.heads, len, s.head_dim);
+void scatter_head(T* dst, Layout layout, const AttentionShape& s, int heads, int len, int b, int h, const Src* src,
+                  Convert conv) {
+  const HeadStrides st = HeadStrides::of(layout, heads, len, s.head_dim);
   for (int t = 0; t < len; ++t)
     for (int d = 0; d < s.head_dim; ++d) dst[st.at(b, h, t) + d] = conv(src[std::int64_t(t) * s.head_dim + d]);
 }
+
+// The dK/dV of a KV head under grouped-query attention: the BF16 gradients of its query heads
+// (each exactly what multi-head attention on repeated K/V computes), summed in FP32 in ascending
+// query-head order (the first head's value taken as is, so a group of one is the MHA result,
+// signed zeros included), rounded once to BF16 when the group is done.
+struct GroupGradientSum {
+  std::vector<float> sum;  // [Tk, D]
+  explicit GroupGradientSum(std::size_t n) : sum(n) {}
+  void add(std::size_t at, bool first_in_group, bf16 head_grad) {
+    const float x = head_grad.to_float();
+    sum[at] = first_in_group ? x : add_rn(sum[at], x);
+  }
+};
 
 }  // namespace stableflash::attention::detail

@@ -30,18 +30,18 @@ double row_softmax(const double* qi, const double* k, int last, int dim, double 
 }
 
 // Head-major FP64 copies of BF16 tensors in any layout.
-std::vector<double> widen(const bf16* src, Layout layout, const AttentionShape& s, int len) {
-  const detail::HeadMajor h(src, layout, s.batch, s.heads, len, s.head_dim);
+std::vector<double> widen(const bf16* src, Layout layout, const AttentionShape& s, int heads, int len) {
+  const detail::HeadMajor h(src, layout, s.batch, heads, len, s.head_dim);
   return {h.values.begin(), h.values.end()};
 }
 
 // Scatters a head-major FP64 tensor into `layout`.
-std::vector<double> to_layout(const std::vector<double>& hm, Layout layout, const AttentionShape& s, int len) {
+std::vector<double> to_layout(const std::vector<double>& hm, Layout layout, const AttentionShape& s, int heads, int len) {
   if (layout == Layout::bhtd) return hm;
   std::vector<double> out(hm.size());
   for (int b = 0; b < s.batch; ++b)
-    for (int h = 0; h < s.heads; ++h)
-      detail::scatter_head(out.data(), layout, s, len, b, h, hm.data() + (std::int64_t(b) * s.heads + h) * len * s.head_dim,
+    for (int h = 0; h < heads; ++h)
+      detail::scatter_head(out.data(), layout, s, heads, len, b, h, hm.data() + (std::int64_t(b) * heads + h) * len * s.head_dim,
                            [](double x) { return x; });
   return out;
 }
@@ -63,11 +63,12 @@ ReferenceForward reference_forward(const Fp64Inputs& in, const AttentionOptions&
 #pragma omp for schedule(dynamic, 16)
     for (std::int64_t row = 0; row < rows; ++row) {
       const std::int64_t head = row / tq;
+      const std::int64_t kv_head = head / s.heads * s.resolved_kv_heads() + s.kv_head_of(int(head % s.heads));
       const int i = int(row % tq);
       const int last = last_visible_key(i, tq, tk, opt.causal);
       if (last < 0) continue;
-      const double* k = in.k + head * tk * dim;
-      const double* v = in.v + head * tk * dim;
+      const double* k = in.k + kv_head * tk * dim;
+      const double* v = in.v + kv_head * tk * dim;
       out.lse[row] = row_softmax(in.q + row * dim, k, last, dim, scale, p);
       double* oi = out.o.data() + row * dim;
       for (int j = 0; j <= last; ++j)
@@ -88,10 +89,16 @@ ReferenceBackward reference_backward(const Fp64Inputs& in, const AttentionOption
   out.dv.assign(std::size_t(s.k_elements()), 0.0);
   out.delta.assign(std::size_t(s.rows()), 0.0);
   std::vector<double> p_all(std::size_t(tq) * tk), ds_all(std::size_t(tq) * tk);
+  // One query head's dK, dV; with grouped-query heads they are added into the KV head's in
+  // ascending query-head order (the first taken as is).
+  std::vector<double> dk_head(std::size_t(tk) * dim), dv_head(std::size_t(tk) * dim);
+  const int group = s.group_size();
   for (std::int64_t head = 0; head < std::int64_t(s.batch) * s.heads; ++head) {
+    const std::int64_t kv_head = head / group;  // (b * H + h) / group = b * H_kv + h / group
+    const bool first_in_group = head % group == 0;
     const double* q = in.q + head * tq * dim;
-    const double* k = in.k + head * tk * dim;
-    const double* v = in.v + head * tk * dim;
+    const double* k = in.k + kv_head * tk * dim;
+    const double* v = in.v + kv_head * tk * dim;
     const double* d_o = in.d_o + head * tq * dim;
     std::fill(p_all.begin(), p_all.end(), 0.0);
     std::fill(ds_all.begin(), ds_all.end(), 0.0);
@@ -121,15 +128,25 @@ ReferenceBackward reference_backward(const Fp64Inputs& in, const AttentionOption
         const double ds = ds_all[std::size_t(i) * tk + j];
         for (int d = 0; ds != 0.0 && d < dim; ++d) out.dq[(head * tq + i) * dim + d] += scale * ds * k[std::int64_t(j) * dim + d];
       }
+    std::fill(dk_head.begin(), dk_head.end(), 0.0);
+    std::fill(dv_head.begin(), dv_head.end(), 0.0);
 #pragma omp parallel for schedule(static)
-    for (int j = 0; j < tk; ++j)
+    for (int j = 0; j < tk; ++j) {
       for (int i = 0; i < tq; ++i) {
         const double ds = ds_all[std::size_t(i) * tk + j], p = p_all[std::size_t(i) * tk + j];
         for (int d = 0; (p != 0.0 || ds != 0.0) && d < dim; ++d) {
-          out.dk[(head * tk + j) * dim + d] += scale * ds * q[std::int64_t(i) * dim + d];
-          out.dv[(head * tk + j) * dim + d] += p * d_o[std::int64_t(i) * dim + d];
+          dk_head[std::size_t(j) * dim + d] += scale * ds * q[std::int64_t(i) * dim + d];
+          dv_head[std::size_t(j) * dim + d] += p * d_o[std::int64_t(i) * dim + d];
         }
       }
+      double* dk = out.dk.data() + (kv_head * tk + j) * dim;
+      double* dv = out.dv.data() + (kv_head * tk + j) * dim;
+      for (int d = 0; d < dim; ++d) {
+        const double xk = dk_head[std::size_t(j) * dim + d], xv = dv_head[std::size_t(j) * dim + d];
+        dk[d] = first_in_group ? xk : dk[d] + xk;
+        dv[d] = first_in_group ? xv : dv[d] + xv;
+      }
+    }
   }
   return out;
 }
@@ -138,10 +155,11 @@ ReferenceForward reference_forward(const ForwardArgs& a, const AttentionOptions&
   opt.validate(a.shape);
   if (!a.q || !a.k || !a.v) throw std::invalid_argument("reference_forward: q, k and v are required");
   const AttentionShape& s = a.shape;
-  const std::vector<double> q = widen(a.q, a.layout, s, s.q_len), k = widen(a.k, a.layout, s, s.k_len),
-                            v = widen(a.v, a.layout, s, s.k_len);
+  const int kvh = s.resolved_kv_heads();
+  const std::vector<double> q = widen(a.q, a.layout, s, s.heads, s.q_len), k = widen(a.k, a.layout, s, kvh, s.k_len),
+                            v = widen(a.v, a.layout, s, kvh, s.k_len);
   ReferenceForward r = reference_forward(Fp64Inputs{s, q.data(), k.data(), v.data(), nullptr}, opt);
-  r.o = to_layout(r.o, a.layout, s, s.q_len);
+  r.o = to_layout(r.o, a.layout, s, s.heads, s.q_len);
   return r;
 }
 
@@ -149,12 +167,13 @@ ReferenceBackward reference_backward(const BackwardArgs& a, const AttentionOptio
   opt.validate(a.shape);
   if (!a.q || !a.k || !a.v || !a.d_o) throw std::invalid_argument("reference_backward: q, k, v and do are required");
   const AttentionShape& s = a.shape;
-  const std::vector<double> q = widen(a.q, a.layout, s, s.q_len), k = widen(a.k, a.layout, s, s.k_len),
-                            v = widen(a.v, a.layout, s, s.k_len), d_o = widen(a.d_o, a.layout, s, s.q_len);
+  const int kvh = s.resolved_kv_heads();
+  const std::vector<double> q = widen(a.q, a.layout, s, s.heads, s.q_len), k = widen(a.k, a.layout, s, kvh, s.k_len),
+                            v = widen(a.v, a.layout, s, kvh, s.k_len), d_o = widen(a.d_o, a.layout, s, s.heads, s.q_len);
   ReferenceBackward r = reference_backward(Fp64Inputs{s, q.data(), k.data(), v.data(), d_o.data()}, opt);
-  r.dq = to_layout(r.dq, a.layout, s, s.q_len);
-  r.dk = to_layout(r.dk, a.layout, s, s.k_len);
-  r.dv = to_layout(r.dv, a.layout, s, s.k_len);
+  r.dq = to_layout(r.dq, a.layout, s, s.heads, s.q_len);
+  r.dk = to_layout(r.dk, a.layout, s, kvh, s.k_len);
+  r.dv = to_layout(r.dv, a.layout, s, kvh, s.k_len);
   return r;
 }
 

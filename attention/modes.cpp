@@ -88,6 +88,9 @@ void AttentionOptions::validate(const AttentionShape& s) const {
   auto fail = [](const std::string& what) { throw std::invalid_argument(what); };
   if (s.batch < 1 || s.heads < 1 || s.q_len < 1 || s.k_len < 1)
     fail("shape: batch, heads, q_len and k_len must be >= 1");
+  if (s.kv_heads < 0 || s.heads % s.resolved_kv_heads() != 0)
+    fail("shape: kv_heads (" + std::to_string(s.kv_heads) + ") must divide heads (" + std::to_string(s.heads) +
+         "); 0 means kv_heads = heads");
   if (s.head_dim < 1 || s.head_dim > kMaxHeadDim)
     fail("shape: head_dim must be in 1.." + std::to_string(kMaxHeadDim) + ", got " + std::to_string(s.head_dim));
   if (tile_q < 0 || tile_k < 0) fail("tile: sizes must be positive (or 0 for the mode's default)");

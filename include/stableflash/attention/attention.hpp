@@ -30,11 +30,18 @@ inline std::optional<Device> parse_device(std::string_view s) {
   return std::nullopt;
 }
 
+// Grouped-query / multi-query attention: K and V (and dK, dV) have kv_heads heads (0: = heads),
+// which must divide heads; query head h reads K/V head h / (heads / kv_heads). The CPU paths sum
+// the dK/dV of a KV head over its query heads in ascending head order (numerics.md).
 struct AttentionShape {
   int batch = 1, heads = 1, q_len = 1, k_len = 1, head_dim = 64;
+  int kv_heads = 0;  // 0: = heads (multi-head attention)
 
+  int resolved_kv_heads() const { return kv_heads > 0 ? kv_heads : heads; }
+  int group_size() const { return heads / resolved_kv_heads(); }  // query heads per KV head
+  int kv_head_of(int h) const { return h / group_size(); }
   std::int64_t q_elements() const { return std::int64_t(batch) * heads * q_len * head_dim; }
-  std::int64_t k_elements() const { return std::int64_t(batch) * heads * k_len * head_dim; }
+  std::int64_t k_elements() const { return std::int64_t(batch) * resolved_kv_heads() * k_len * head_dim; }
   std::int64_t rows() const { return std::int64_t(batch) * heads * q_len; }
 };
 
@@ -84,8 +91,8 @@ struct ForwardArgs {
   AttentionShape shape;
   Layout layout = Layout::bhtd;
   const bf16* q = nullptr;   // [B, H, Tq, D]
-  const bf16* k = nullptr;   // [B, H, Tk, D]
-  const bf16* v = nullptr;   // [B, H, Tk, D]
+  const bf16* k = nullptr;   // [B, H_kv, Tk, D]
+  const bf16* v = nullptr;   // [B, H_kv, Tk, D]
   bf16* o = nullptr;         // [B, H, Tq, D]
   float* lse = nullptr;      // [B, H, Tq], always head-major
   bf16* o_residual = nullptr;  // [B, H, Tq, D]; required when delta_source == compensated
@@ -100,7 +107,7 @@ struct BackwardArgs {
   const float* lse = nullptr;        // [B, H, Tq]
   const bf16* o_residual = nullptr;  // required when delta_source == compensated
   const bf16* d_o = nullptr;         // [B, H, Tq, D]
-  bf16 *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  bf16 *dq = nullptr, *dk = nullptr, *dv = nullptr;  // dk, dv: [B, H_kv, Tk, D]
   float* delta = nullptr;            // optional out [B, H, Tq]: the delta the backward used
 };
 
@@ -113,7 +120,8 @@ void attention_backward(const BackwardArgs& args, const AttentionOptions& option
 // backward (the audit measures it). `o_residual` is needed for `compensated`.
 void attention_delta(const BackwardArgs& args, const AttentionOptions& options, float* delta /*[B, H, Tq]*/);
 
-// The FP64 oracle (numerics.md `reference`), from the BF16 input values.
+// The FP64 oracle (numerics.md `reference`), from the BF16 input values. With kv_heads < heads the
+// dK/dV of a KV head is the FP64 sum of its query heads' dK/dV, added in ascending head order.
 struct ReferenceForward {
   std::vector<double> o;    // same layout as q
   std::vector<double> lse;  // [B, H, Tq]; +inf for fully masked rows
