@@ -180,6 +180,9 @@ void check_supported(const AttentionShape& s, const AttentionOptions& opt) {
   opt.validate(s);
   if (opt.numerics == Numerics::reference)
     throw std::invalid_argument("numerics: 'reference' runs on the CPU only (FP64 oracle)");
+  if (s.resolved_kv_heads() != s.heads)
+    throw std::invalid_argument("CUDA attention: grouped-query heads (kv_heads = " + std::to_string(s.resolved_kv_heads()) +
+                                " of heads = " + std::to_string(s.heads) + ") run on the CPU only for now");
   if (!head_dim_compiled(s.head_dim))
     throw std::invalid_argument("CUDA attention: head_dim " + std::to_string(s.head_dim) +
                                 " has no kernels in this build (64 and 128 exist; STABLEFLASH_CUDA_HEAD_DIMS)");
