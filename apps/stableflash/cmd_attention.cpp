@@ -51,19 +51,25 @@ const Tensor& bf16_rank4(const SafetensorsFile& f, const std::string& file, cons
   return *t;
 }
 
-// Reads the shape from q and k in the given layout and checks v and do against it.
+// Reads the shape from q and k in the given layout and checks v and do against it. k and v may
+// have fewer heads than q (grouped-query / multi-query attention) when their count divides q's.
 AttentionShape infer_shape(const SafetensorsFile& f, const std::string& file, Layout layout) {
   const bool bthd = layout == Layout::bthd;
   const char* qdims = bthd ? "[B, Tq, H, D]" : "[B, H, Tq, D]";
-  const char* kdims = bthd ? "[B, Tk, H, D]" : "[B, H, Tk, D]";
+  const char* kdims = bthd ? "[B, Tk, H_kv, D]" : "[B, H_kv, Tk, D]";
   const Tensor& q = bf16_rank4(f, file, "q", qdims);
   const Tensor& k = bf16_rank4(f, file, "k", kdims);
   const Tensor& v = bf16_rank4(f, file, "v", kdims);
   const int t_axis = bthd ? 1 : 2, h_axis = bthd ? 2 : 1;
   AttentionShape s{int(q.shape[0]), int(q.shape[h_axis]), int(q.shape[t_axis]), int(k.shape[t_axis]), int(q.shape[3])};
-  if (k.shape[0] != q.shape[0] || k.shape[h_axis] != q.shape[h_axis] || k.shape[3] != q.shape[3])
+  s.kv_heads = int(k.shape[h_axis]);
+  if (k.shape[0] != q.shape[0] || k.shape[3] != q.shape[3])
     throw std::invalid_argument(file + ": tensor 'k' has shape " + shape_str(k.shape) + ", which does not match q " +
-                                shape_str(q.shape) + " in B, H or D (layout " + std::string(to_string(layout)) + ")");
+                                shape_str(q.shape) + " in B or D (layout " + std::string(to_string(layout)) + ")");
+  if (k.shape[h_axis] < 1 || q.shape[h_axis] % k.shape[h_axis] != 0)
+    throw std::invalid_argument(file + ": tensor 'k' has " + std::to_string(k.shape[h_axis]) + " heads, which does not divide q's " +
+                                std::to_string(q.shape[h_axis]) + " (grouped-query attention needs kv_heads dividing heads; shapes k " +
+                                shape_str(k.shape) + ", q " + shape_str(q.shape) + ", layout " + std::string(to_string(layout)) + ")");
   if (v.shape != k.shape)
     throw std::invalid_argument(file + ": tensor 'v' has shape " + shape_str(v.shape) + ", expected k's " + shape_str(k.shape));
   if (const Tensor* d = f.find("do")) {

@@ -84,6 +84,44 @@ TEST(Cli, AttentionWritesWhatTheLibraryComputes) {
   EXPECT_NE(r.output.find("paper numerics"), std::string::npos);
 }
 
+TEST(Cli, AttentionTakesKvWithFewerHeads) {
+  // grouped-query attention: k, v with 2 heads for q's 8 ([B, T, H, D]); dk, dv come back with 2
+  ScratchDir dir;
+  SafetensorsFile in;
+  in.tensors["q"] = bf16_tensor({1, 17, 8, 64}, 1);
+  in.tensors["k"] = bf16_tensor({1, 17, 2, 64}, 2);
+  in.tensors["v"] = bf16_tensor({1, 17, 2, 64}, 3);
+  in.tensors["do"] = bf16_tensor({1, 17, 8, 64}, 4);
+  in.write(dir.file("in.safetensors"));
+  const Result r = run("attention " + dir.file("in.safetensors") + " -o " + dir.file("out.safetensors") + " --causal --layout bthd");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const SafetensorsFile out = SafetensorsFile::read(dir.file("out.safetensors"));
+  EXPECT_EQ(out.find("o")->shape, in.find("q")->shape);
+  EXPECT_EQ(out.find("dk")->shape, in.find("k")->shape);
+  EXPECT_EQ(out.find("dv")->shape, in.find("k")->shape);
+
+  attention::AttentionOptions opt;
+  opt.causal = true;
+  attention::BackwardArgs ba;
+  ba.shape = {1, 8, 17, 17, 64, 2}, ba.layout = attention::Layout::bthd;
+  ba.q = in.find("q")->as<bf16>().data(), ba.k = in.find("k")->as<bf16>().data(), ba.v = in.find("v")->as<bf16>().data();
+  ba.d_o = in.find("do")->as<bf16>().data();
+  ba.o = out.find("o")->as<bf16>().data(), ba.lse = out.find("lse")->as<float>().data();
+  std::vector<bf16> dq(8 * 17 * 64), dk(2 * 17 * 64), dv(dk.size());
+  ba.dq = dq.data(), ba.dk = dk.data(), ba.dv = dv.data();
+  attention::attention_backward(ba, opt);
+  const auto got = out.find("dk")->as<bf16>();
+  for (std::size_t i = 0; i < dk.size(); ++i) ASSERT_EQ(got[i].bits, dk[i].bits) << i;
+
+  SafetensorsFile bad = in;
+  bad.tensors["k"] = bf16_tensor({1, 17, 3, 64}, 2);
+  bad.tensors["v"] = bf16_tensor({1, 17, 3, 64}, 3);
+  bad.write(dir.file("bad.safetensors"));
+  const Result e = run("attention " + dir.file("bad.safetensors") + " -o " + dir.file("o.safetensors") + " --layout bthd");
+  EXPECT_NE(e.exit_code, 0);
+  EXPECT_NE(e.output.find("'k' has 3 heads, which does not divide q's 8"), std::string::npos) << e.output;
+}
+
 TEST(Cli, ReferenceNumericsWritesFloat64) {
   ScratchDir dir;
   SafetensorsFile in;
