@@ -190,7 +190,7 @@ TEST(Cli, AttentionRefusesToWriteOverItsInput) {
   small_qkv().write(in);
   const auto before = stableflash::testing::read_bytes(in);
   std::filesystem::create_symlink(in, dir.file("alias.safetensors"));
-  for (const std::string out : {in, dir.file("alias.safetensors")}) {
+  for (const std::string& out : {in, dir.file("alias.safetensors")}) {
     const Result r = run("attention " + in + " -o " + out);
     EXPECT_NE(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("same file as the input"), std::string::npos) << r.output;

@@ -71,7 +71,7 @@ TEST(OutputPaths, AnOutputThatIsAnInputIsRefusedHoweverItIsSpelled) {
   fs::create_symlink(dir.file("in.safetensors"), dir.file("alias"));
   fs::create_hard_link(dir.file("in.safetensors"), dir.file("hard"));
   const std::vector<std::string> inputs{dir.file("in.safetensors")};
-  for (const std::string out : {dir.file("in.safetensors"), dir.file("./in.safetensors"), dir.file("alias"), dir.file("hard")})
+  for (const std::string& out : {dir.file("in.safetensors"), dir.file("./in.safetensors"), dir.file("alias"), dir.file("hard")})
     expect_error_mentions([&] { refuse_output_over_input(out, inputs, "-o"); }, {"-o " + out, "same file as the input"});
   write_text(dir.file("other"), "x");
   EXPECT_NO_THROW(refuse_output_over_input(dir.file("other"), inputs, "-o"));
