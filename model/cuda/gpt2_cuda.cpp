@@ -295,21 +295,6 @@ void Gpt2Cuda::zero_grad() { impl_->grads.zero(impl_->stream); }
 
 void Gpt2Cuda::set_gradient_ready(GradientReady hook) { impl_->gradient_ready = std::move(hook); }
 
-std::int64_t Gpt2Cuda::device_bytes() const {
-  std::size_t total = 0;
-  const Impl& m = *impl_;
-  for (const auto& L : m.layers)
-    total += L.ln1.bytes() + L.ln1_mean.bytes() + L.ln1_rstd.bytes() + L.qkv.bytes() + L.qkv32.bytes() + L.probs.bytes() +
-             L.atty.bytes() + L.o_residual.bytes() + L.lse.bytes() + L.res2.bytes() + L.ln2.bytes() + L.ln2_mean.bytes() +
-             L.ln2_rstd.bytes() + L.fch.bytes() + L.res3.bytes();
-  for (std::size_t b : {m.params.bytes(), m.grads.bytes(), m.params16.bytes(), m.x0.bytes(), m.branch.bytes(), m.gelu.bytes(),
-                        m.lnf.bytes(), m.lnf_mean.bytes(), m.lnf_rstd.bytes(), m.logits.bytes(), m.losses.bytes(), m.d_res.bytes(),
-                        m.d_res16.bytes(), m.d_ln.bytes(), m.d_big.bytes(), m.d_atty.bytes(), m.d_qkv.bytes(), m.scratch.bytes(),
-                        m.o32.bytes(), m.d_atty32.bytes(), m.d_qkv32.bytes(), m.d_probs.bytes(), m.batch_dev.bytes()})
-    total += b;
-  return std::int64_t(total);
-}
-
 // Copies a micro-batch to the device, with the rows of each token id grouped (ascending) for the
 // embedding backward.
 void Gpt2Cuda::Impl::stage(std::span<const int> tokens, std::span<const int> targets, int batch, int seq) {

@@ -71,9 +71,6 @@ class Gpt2Cuda {
   using GradientReady = std::function<void(std::int64_t offset, std::int64_t count)>;
   void set_gradient_ready(GradientReady hook);
 
-  // Bytes of device memory this model holds (weights, gradients, activations, scratch).
-  std::int64_t device_bytes() const;
-
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
