@@ -7,7 +7,7 @@ and print its kernels grouped by name with count and total time, largest first.
 """
 import argparse, collections, csv, json, re, sys
 
-UNITS = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+UNITS = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0, "second": 1e3, "s": 1e3}
 
 
 def kernels(path):

@@ -19,6 +19,7 @@ namespace stableflash::model::cuda {
 namespace {
 
 constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;  // what cuBLASLt's Hopper kernels ask for at most
+constexpr int kTuningCandidates = 8;  // the heuristic's best guesses timed when tuning
 
 void check_lt(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)
@@ -68,13 +69,69 @@ struct Layout {
 
 struct Blas::Impl {
   cudaStream_t stream;
+  bool tune = false;
   cublasLtHandle_t handle = nullptr;
   DeviceArray<char> workspace{kWorkspaceBytes};
   std::map<Key, cublasLtMatmulAlgo_t> algos;
+
+  // The product with one algorithm (the output and the epilogue's aux as the caller gave them).
+  cublasStatus_t run(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulDesc_t desc, const Layout& first, const Layout& second,
+                     const Layout& out, const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opt) {
+    const float alpha = opt.alpha, beta = opt.beta;
+    return cublasLtMatmul(handle, desc, &alpha, b.data, first.layout, a.data, second.layout, &beta, c.data, out.layout, c.data,
+                          out.layout, &algo, workspace.get(), kWorkspaceBytes, stream);
+  }
+  cublasLtMatmulAlgo_t fastest(const cublasLtMatmulHeuristicResult_t* candidates, int count, cublasLtMatmulDesc_t desc,
+                               const Layout& first, const Layout& second, const Layout& out, const MatrixView& a,
+                               const MatrixView& b, const MatrixView& c, const GemmOptions& opt);
 };
 
-Blas::Blas(cudaStream_t stream) : impl_(std::make_unique<Impl>()) {
+// Times the heuristic's candidates on the caller's operands (first use of a shape only) and keeps
+// the fastest: cuBLASLt's first guess is the library's model of the GPU, not a measurement, and on
+// the H200 it leaves products of the GPT-2 step measurably slower than others it lists (profile in
+// docs/benchmarks.md). An output accumulated into (beta != 0) is saved and restored around the
+// trials, so the call's result is the chosen algorithm's alone; the aux output of a GELU epilogue
+// and a beta = 0 output are simply rewritten by the real call.
+cublasLtMatmulAlgo_t Blas::Impl::fastest(const cublasLtMatmulHeuristicResult_t* candidates, int count, cublasLtMatmulDesc_t desc,
+                                        const Layout& first, const Layout& second, const Layout& out, const MatrixView& a,
+                                        const MatrixView& b, const MatrixView& c, const GemmOptions& opt) {
+  constexpr int kTimedRuns = 3;
+  const std::size_t c_bytes = std::size_t(opt.batch - 1) * std::size_t(c.batch_stride) * (c.type == DType::bf16 ? 2 : 4) +
+                              std::size_t(c.rows - 1) * std::size_t(c.ld) * (c.type == DType::bf16 ? 2 : 4) +
+                              std::size_t(c.cols) * (c.type == DType::bf16 ? 2 : 4);
+  void* saved = nullptr;
+  if (opt.beta != 0.0f) {
+    check_cuda(cudaMallocAsync(&saved, c_bytes, stream), "cudaMallocAsync (gemm tuning)");
+    check_cuda(cudaMemcpyAsync(saved, c.data, c_bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync (gemm tuning)");
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  int best = 0;
+  float best_ms = 0.0f;
+  for (int i = 0; i < count; ++i) {
+    if (candidates[i].workspaceSize > kWorkspaceBytes) continue;
+    if (run(candidates[i].algo, desc, first, second, out, a, b, c, opt) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up
+    check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
+    for (int r = 0; r < kTimedRuns; ++r) check_lt(run(candidates[i].algo, desc, first, second, out, a, b, c, opt), "cublasLtMatmul (tuning)");
+    check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize (gemm tuning)");
+    float ms = 0.0f;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (i == 0 || ms < best_ms) best = i, best_ms = ms;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (saved) {
+    check_cuda(cudaMemcpyAsync(c.data, saved, c_bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync (gemm tuning)");
+    check_cuda(cudaFreeAsync(saved, stream), "cudaFreeAsync (gemm tuning)");
+  }
+  return candidates[best].algo;
+}
+
+Blas::Blas(cudaStream_t stream, bool tune) : impl_(std::make_unique<Impl>()) {
   impl_->stream = stream;
+  impl_->tune = tune;
   check_lt(cublasLtCreate(&impl_->handle), "cublasLtCreate");
 }
 
@@ -155,20 +212,19 @@ void Blas::gemm(Trans ta, Trans tb, const MatrixView& a, const MatrixView& b, co
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c);
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kTuningCandidates]{};
     int count = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(impl_->handle, desc, first.layout, second.layout, out.layout,
-                                                             out.layout, pref, 1, &result, &count);
+                                                             out.layout, pref, impl_->tune ? kTuningCandidates : 1, results, &count);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || count == 0)
       throw std::runtime_error("cuBLASLt has no algorithm for C " + shape(c) + " = op(A) " + shape(a) + " op(B) " + shape(b) +
                                " (" + name(a.type) + " -> " + name(c.type) + ", batch " + std::to_string(opt.batch) + ")");
-    found = impl_->algos.emplace(key, result.algo).first;
+    const cublasLtMatmulAlgo_t algo =
+        count > 1 ? impl_->fastest(results, count, desc, first, second, out, a, b, c, opt) : results[0].algo;
+    found = impl_->algos.emplace(key, algo).first;
   }
-  const float alpha = opt.alpha, beta = opt.beta;
-  check_lt(cublasLtMatmul(impl_->handle, desc, &alpha, b.data, first.layout, a.data, second.layout, &beta, c.data, out.layout,
-                          c.data, out.layout, &found->second, impl_->workspace.get(), kWorkspaceBytes, impl_->stream),
-           "cublasLtMatmul");
+  check_lt(impl_->run(found->second, desc, first, second, out, a, b, c, opt), "cublasLtMatmul");
 }
 
 }  // namespace stableflash::model::cuda

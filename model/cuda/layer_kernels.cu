@@ -416,21 +416,8 @@ bool launch_layernorm_backward(float* dx, bf16_t* dx_bf16, float* dweight, float
 }
 
 // ---------------------------------------------------------------------------------------------
-// GELU (tanh approximation) and casts: a thread per chunk of kVec elements; the last, partial
-// chunk and unaligned buffers take the scalar path.
-
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCubic = 0.044715f;
-
-__device__ __forceinline__ float gelu(float v) {
-  return 0.5f * v * (1.0f + tanhf(kGeluScale * (v + kGeluCubic * v * v * v)));  // tanhf: tracks the CPU formula
-}
-
-__device__ __forceinline__ float gelu_grad(float v) {
-  const float th = tanhf(kGeluScale * (v + kGeluCubic * v * v * v));
-  const float sech2 = 1.0f - th * th;
-  return 0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
-}
+// Casts: a thread per chunk of kVec elements; the last, partial chunk and unaligned buffers take
+// the scalar path. (GELU and its derivative run in cuBLASLt's epilogues: blas.hpp.)
 
 // Calls f(v) on the chunk's values in place: v holds float(in); f's results are stored to out.
 template <class Out, class In, class F>
@@ -453,20 +440,7 @@ __device__ __forceinline__ void map_chunk(Out* out, const In* in, std::int64_t n
   }
 }
 
-__global__ void gelu_forward_kernel(bf16_t* out, const bf16_t* in, std::int64_t n, bool vec) {
-  map_chunk(out, in, n, vec, [](float v, std::int64_t) { return gelu(v); });
-}
-
-// Reads in[i] inside f: the chunk of d_out is loaded first, so d_in may alias d_out.
-__global__ void gelu_backward_kernel(bf16_t* d_in, const bf16_t* in, const bf16_t* d_out, std::int64_t n, bool vec) {
-  map_chunk(d_in, d_out, n, vec, [in](float g, std::int64_t i) { return g * gelu_grad(__bfloat162float(in[i])); });
-}
-
 __global__ void cast_to_bf16_kernel(bf16_t* out, const float* in, std::int64_t n, bool vec) {
-  map_chunk(out, in, n, vec, [](float v, std::int64_t) { return v; });
-}
-
-__global__ void cast_to_f32_kernel(float* out, const bf16_t* in, std::int64_t n, bool vec) {
   map_chunk(out, in, n, vec, [](float v, std::int64_t) { return v; });
 }
 
@@ -547,28 +521,10 @@ void layernorm_backward(float* dx, bf16_t* dx_bf16, float* dweight, float* dbias
                    "column_partials_kernel (layernorm_backward)", "column_finish_kernel (layernorm_backward)");
 }
 
-void gelu_forward(bf16_t* out, const bf16_t* in, std::int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  gelu_forward_kernel<<<chunk_blocks(n), kThreads, 0, stream>>>(out, in, n, aligned16(out) && aligned16(in));
-  check_cuda(cudaGetLastError(), "gelu_forward_kernel");
-}
-
-void gelu_backward(bf16_t* d_in, const bf16_t* in, const bf16_t* d_out, std::int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  gelu_backward_kernel<<<chunk_blocks(n), kThreads, 0, stream>>>(d_in, in, d_out, n, aligned16(d_in) && aligned16(d_out));
-  check_cuda(cudaGetLastError(), "gelu_backward_kernel");
-}
-
 void cast_to_bf16(bf16_t* out, const float* in, std::int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   cast_to_bf16_kernel<<<chunk_blocks(n), kThreads, 0, stream>>>(out, in, n, aligned16(out) && aligned16(in));
   check_cuda(cudaGetLastError(), "cast_to_bf16_kernel");
-}
-
-void cast_to_f32(float* out, const bf16_t* in, std::int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  cast_to_f32_kernel<<<chunk_blocks(n), kThreads, 0, stream>>>(out, in, n, aligned16(out) && aligned16(in));
-  check_cuda(cudaGetLastError(), "cast_to_f32_kernel");
 }
 
 void bias_backward(float* dbias, const bf16_t* d_out, int N, int C, float* scratch, cudaStream_t stream) {

@@ -6,10 +6,11 @@
 // operand), BF16 or FP32 operands and FP32 accumulation. cuBLASLt is column-major; a row-major
 // product is the column-major product of the transposes with A and B swapped, done in one place.
 //
-// Decided once per shape: the algorithm is asked of cuBLASLt's heuristic the first time a
-// (types, transposes, sizes, strides, alignment) combination is seen and reused afterwards, so the
-// same call always runs the same algorithm (bitwise reproducible: algorithms that reduce split-K
-// parts in place in the output are excluded, see blas.cu).
+// Decided once per shape: the first time a (types, transposes, sizes, strides, alignment)
+// combination is seen, the algorithm is chosen and reused afterwards, so the same call always runs
+// the same algorithm. Without tuning it is cuBLASLt's heuristic's first answer (the same on every
+// run: what bitwise-reproducible training needs); with tuning, the fastest of the heuristic's first
+// eight answers timed on the call's own operands (varies between runs with the timings).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -62,7 +63,8 @@ struct GemmOptions {
 class Blas {
  public:
   // Works on `stream`; owns a cuBLASLt handle and a 32 MiB workspace on the current device.
-  explicit Blas(cudaStream_t stream);
+  // `tune`: time the candidate algorithms at a shape's first use (see above).
+  explicit Blas(cudaStream_t stream, bool tune = false);
   ~Blas();
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;

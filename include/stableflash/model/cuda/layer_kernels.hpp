@@ -52,15 +52,8 @@ void layernorm_backward(float* dx, bf16_t* dx_bf16, float* dweight, float* dbias
                         const float* weight, const float* mean, const float* rstd, int N, int C, float* scratch,
                         cudaStream_t stream);
 
-// GELU with the tanh approximation (GPT-2's gelu_new), computed in FP32 on BF16 values:
-//   gelu_forward:  out = BF16(gelu(float(in)))
-//   gelu_backward: d_in = BF16(float(d_out) * gelu'(float(in)))  (d_in may alias d_out)
-void gelu_forward(bf16_t* out, const bf16_t* in, std::int64_t n, cudaStream_t stream);
-void gelu_backward(bf16_t* d_in, const bf16_t* in, const bf16_t* d_out, std::int64_t n, cudaStream_t stream);
-
-// out = BF16(in) (round to nearest even) and out = float(in).
+// out = BF16(in) (round to nearest even).
 void cast_to_bf16(bf16_t* out, const float* in, std::int64_t n, cudaStream_t stream);
-void cast_to_f32(float* out, const bf16_t* in, std::int64_t n, cudaStream_t stream);
 
 // dbias[c] += sum_n float(d_out[n, c]) for d_out [N, C] BF16, deterministic.
 void bias_backward(float* dbias, const bf16_t* d_out, int N, int C, float* scratch, cudaStream_t stream);
