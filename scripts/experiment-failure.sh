@@ -5,7 +5,10 @@
 # Each run logs every 25 steps the spectral norm of each layer's W_Q (metrics.jsonl: wq_sigma);
 # the table gives the divergence step, final loss and the largest W_Q norm per variant and seed.
 #
-#   scripts/experiment-failure.sh [--steps 1700] [--seeds "1 2 3"] [--round-bits 3] [--variants "a b"] [--out DIR]
+#   scripts/experiment-failure.sh [--steps 1700] [--seeds "1 2 3"] [--round-bits 3] [--variants "a b"] [--optimizer adamw|muon] [--out DIR]
+#
+# --optimizer muon: Muon on the hidden matrices (AdamW on the rest, docs/training.md), same lr (the
+# updates are RMS-matched to AdamW's); run folders and the table are then named muon-rbBITS-...
 #
 # Recipe (issue 11): 6 layers, width 384, 6 heads, T 512, B 32, lr 2e-3, 100 warm-up steps, AdamW
 # beta2 0.95, no weight decay, clip 1.0, the default corpus.
@@ -13,21 +16,27 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${STABLEFLASH_BIN:-build/stableflash}
 OUT=${OUT:-/tmp/stableflash-experiment}
-steps=1700 seeds=1 bits=3 data=$PWD/.deps/corpus/shards
+steps=1700 seeds=1 bits=3 data=$PWD/.deps/corpus/shards optimizer=adamw
 variants="standard_rounded paper_rounded hashed_rounded standard_compensated hashed_compensated bf16_control"
 while (($#)); do
   case "$1" in
     --steps) steps=$2; shift 2 ;;
     --seeds) seeds=$2; shift 2 ;;
     --round-bits) bits=$2; shift 2 ;;
+    --optimizer) optimizer=$2; shift 2 ;;
     --variants) variants=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
+case "$optimizer" in
+  adamw) prefix=rb$bits ;;
+  muon) prefix=muon-rb$bits ;;
+  *) echo "--optimizer: adamw or muon, not $optimizer" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT"
-recipe=(--device cuda --quiet --steps "$steps" --set data.dir="$data"
+recipe=(--set optim.name="$optimizer" --device cuda --quiet --steps "$steps" --set data.dir="$data"
   --set model.n_layer=6 --set model.n_head=6 --set model.n_embd=384 --set model.block_size=512
   --set train.seq_len=512 --set train.batch_size=32 --set train.grad_accum=1
   --set optim.lr=2e-3 --set optim.min_lr=1e-5 --set optim.warmup_steps=100 --set optim.decay_steps=600000
@@ -49,22 +58,22 @@ for seed in $seeds; do
   for v in $variants; do
     sets=()
     for kv in $(settings "$v"); do sets+=(--set "attention.default.$kv"); done
-    run="$OUT/rb$bits-$v-seed$seed"
+    run="$OUT/$prefix-$v-seed$seed"
     rm -rf "$run"
     t0=$(date +%s)
     "$BIN" train "${recipe[@]}" "${sets[@]}" --set train.seed="$seed" --run-dir "$run" 2>"$run.err"
     echo "$v seed $seed: exit $? in $(( $(date +%s) - t0 )) s ($(tail -1 "$run.err" | cut -c1-160))"
   done
 done
-python3 - "$OUT" "$bits" <<'PY' | tee "$OUT/table-rb$bits.md"
+python3 - "$OUT" "$bits" "$prefix" <<'PY' | tee "$OUT/table-$prefix.md"
 import glob, json, math, os, sys
-out, bits = sys.argv[1], sys.argv[2]
-print(f"| variant (round_bits {bits}; control: 7) | seed | steps run | diverged at | final loss | final val loss | largest W_Q sigma (layer) | peak W_Q sigma |")
+out, bits, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
+print(f"| variant ({prefix}; control: round_bits 7) | seed | steps run | diverged at | final loss | final val loss | largest W_Q sigma (layer) | peak W_Q sigma |")
 print("|---|---|---|---|---|---|---|---|")
-for run in sorted(glob.glob(f"{out}/rb{bits}-*-seed*")):
+for run in sorted(glob.glob(f"{out}/{prefix}-*-seed*")):
     if not os.path.isdir(run):
         continue
-    name = os.path.basename(run)[len(f"rb{bits}-"):]
+    name = os.path.basename(run)[len(f"{prefix}-"):]
     variant, seed = name.rsplit("-seed", 1)
     rows = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if l.strip()]
     if not rows:
