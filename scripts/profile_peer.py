@@ -27,7 +27,7 @@ count = collections.Counter()
 for e in prof.events():
     if e.device_type == torch.autograd.DeviceType.CUDA:
         name = re.sub(r"<.*>", "<>", re.sub(r"\(.*$", "", e.name))[:90]
-        by[name] += e.device_time_total / 1e3  # ms
+        by[name] += e.time_range.elapsed_us() / 1e3  # ms
         count[name] += 1
 total = sum(by.values()) / steps
 print(f"peer: {steps} steps, {total:.2f} ms of kernel time per step")
