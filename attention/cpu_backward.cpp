@@ -72,13 +72,13 @@ struct Inputs {
   HeadMajor q, k, v, o, d_o;
   std::vector<float> residual;  // head-major, empty unless compensated
   Inputs(const BackwardArgs& a)
-      : q(a.q, a.layout, a.shape.batch, a.shape.heads, a.shape.q_len, a.shape.head_dim),
-        k(a.k, a.layout, a.shape.batch, a.shape.resolved_kv_heads(), a.shape.k_len, a.shape.head_dim),
-        v(a.v, a.layout, a.shape.batch, a.shape.resolved_kv_heads(), a.shape.k_len, a.shape.head_dim),
-        o(a.o, a.layout, a.shape.batch, a.shape.heads, a.shape.q_len, a.shape.head_dim),
-        d_o(a.d_o, a.layout, a.shape.batch, a.shape.heads, a.shape.q_len, a.shape.head_dim) {
-    if (a.o_residual)
-      residual = HeadMajor(a.o_residual, a.layout, a.shape.batch, a.shape.heads, a.shape.q_len, a.shape.head_dim).values;
+      : q(a.q, a.q_strides(), a.shape.batch, a.shape.heads, a.shape.q_len, a.shape.head_dim),
+        k(a.k, a.k_strides(), a.shape.batch, a.shape.resolved_kv_heads(), a.shape.k_len, a.shape.head_dim),
+        v(a.v, a.v_strides(), a.shape.batch, a.shape.resolved_kv_heads(), a.shape.k_len, a.shape.head_dim),
+        o(a.o, a.o_strides(), a.shape.batch, a.shape.heads, a.shape.q_len, a.shape.head_dim),
+        d_o(a.d_o, a.d_o_strides(), a.shape.batch, a.shape.heads, a.shape.q_len, a.shape.head_dim) {
+    if (a.o_residual)  // o's strides
+      residual = HeadMajor(a.o_residual, a.o_strides(), a.shape.batch, a.shape.heads, a.shape.q_len, a.shape.head_dim).values;
   }
   HeadTensors head(const BackwardArgs& a, int b, int h) const {
     const std::int64_t row0 = (std::int64_t(b) * a.shape.heads + h) * a.shape.q_len;
@@ -155,7 +155,7 @@ void attention_backward(const BackwardArgs& a, const AttentionOptions& opt) {
   const bool paper_mode = opt.numerics == Numerics::paper;
   const Inputs in(a);
   const int kv_heads = s.resolved_kv_heads(), group = s.group_size();
-  const HeadStrides qs = HeadStrides::of(a.layout, s.heads, tq, dim), ks = HeadStrides::of(a.layout, kv_heads, tk, dim);
+  const HeadStrides dqs = a.dq_strides(), dks = a.dk_strides(), dvs = a.dv_strides();
   // BF16(P) and BF16(dS) of one head, [Tq, Tk]; masked entries stay 0.
   std::vector<float> p_op(std::size_t(tq) * tk), ds_op(std::size_t(tq) * tk);
   // paper: dS already carries the scale; fused: the scale multiplies the FP32 products.
@@ -205,7 +205,7 @@ void attention_backward(const BackwardArgs& a, const AttentionOptions& opt) {
             const float* kj = t.k + std::int64_t(j) * dim;
             for (int d = 0; d < dim; ++d) acc[d] += double(ds_row[j]) * kj[d];
           }
-          for (int d = 0; d < dim; ++d) a.dq[qs.at(b, h, i) + d] = round_grad(acc[d]);
+          for (int d = 0; d < dim; ++d) a.dq[dqs.at(b, h, i) + d] = round_grad(acc[d]);
         }
         column_products(ds_op, tq, tk, t.q, dim, [&](int j, const std::vector<double>& acc) {
           for (int d = 0; d < dim; ++d) dk_sum.add(std::size_t(j) * dim + d, g == 0, round_grad(acc[d]));
@@ -216,8 +216,8 @@ void attention_backward(const BackwardArgs& a, const AttentionOptions& opt) {
       }
       for (int j = 0; j < tk; ++j)
         for (int d = 0; d < dim; ++d) {
-          a.dk[ks.at(b, kh, j) + d] = bf16::from_float(dk_sum.sum[std::size_t(j) * dim + d]);
-          a.dv[ks.at(b, kh, j) + d] = bf16::from_float(dv_sum.sum[std::size_t(j) * dim + d]);
+          a.dk[dks.at(b, kh, j) + d] = bf16::from_float(dk_sum.sum[std::size_t(j) * dim + d]);
+          a.dv[dvs.at(b, kh, j) + d] = bf16::from_float(dv_sum.sum[std::size_t(j) * dim + d]);
         }
     }
   }

@@ -181,10 +181,10 @@ void forward_with_policy(const Policy& policy, const ForwardArgs& a, const Atten
   const int dim = s.head_dim, br = opt.resolved_tile_q(), bc = opt.resolved_tile_k();
   const float scale = opt.resolved_scale(dim);
   const bool want_residual = a.o_residual != nullptr;
-  const HeadMajor q(a.q, a.layout, s.batch, s.heads, s.q_len, dim);
-  const HeadMajor k(a.k, a.layout, s.batch, s.resolved_kv_heads(), s.k_len, dim);
-  const HeadMajor v(a.v, a.layout, s.batch, s.resolved_kv_heads(), s.k_len, dim);
-  const HeadStrides qs = HeadStrides::of(a.layout, s.heads, s.q_len, dim);
+  const HeadMajor q(a.q, a.q_strides(), s.batch, s.heads, s.q_len, dim);
+  const HeadMajor k(a.k, a.k_strides(), s.batch, s.resolved_kv_heads(), s.k_len, dim);
+  const HeadMajor v(a.v, a.v_strides(), s.batch, s.resolved_kv_heads(), s.k_len, dim);
+  const HeadStrides os = a.o_strides();  // o and o_residual
   const int row_tiles = (s.q_len + br - 1) / br;
   const std::int64_t units = std::int64_t(s.batch) * s.heads * row_tiles;
   std::int64_t tie_rows = 0, repeated_rows = 0, fallback_rows = 0, masked_rows = 0;
@@ -216,7 +216,7 @@ void forward_with_policy(const Policy& policy, const ForwardArgs& a, const Atten
           repeated_rows += r.repeated_max;
           fallback_rows += r.fell_back;
         }
-        const std::int64_t at = qs.at(b, h, i);
+        const std::int64_t at = os.at(b, h, i);
         for (int d = 0; d < dim; ++d) {
           a.o[at + d] = bf16::from_float(o_row[d]);
           if (want_residual) a.o_residual[at + d] = bf16::from_float(r_row[d]);

@@ -2,9 +2,8 @@
 
 namespace stableflash::attention::detail {
 
-HeadMajor::HeadMajor(const bf16* src, Layout layout, int batch, int heads_, int len_, int dim_)
+HeadMajor::HeadMajor(const bf16* src, const HeadStrides& st, int batch, int heads_, int len_, int dim_)
     : values(std::size_t(batch) * heads_ * len_ * dim_), heads(heads_), len(len_), dim(dim_) {
-  const HeadStrides st = HeadStrides::of(layout, heads_, len_, dim_);
   float* out = values.data();
   for (int b = 0; b < batch; ++b)
     for (int h = 0; h < heads_; ++h)

@@ -26,21 +26,19 @@ inline float dot_fp32(const float* a, const float* b, int n) {
 }
 
 // A BF16 tensor widened to FP32 and rearranged head-major [B, H, T, D], so each (b, h) head is
-// one contiguous [T, D] block whatever the input layout.
+// one contiguous [T, D] block whatever the input's strides.
 struct HeadMajor {
   std::vector<float> values;
   int heads = 0, len = 0, dim = 0;
 
-  HeadMajor(const bf16* src, Layout layout, int batch, int heads_, int len_, int dim_);
+  HeadMajor(const bf16* src, const HeadStrides& st, int batch, int heads_, int len_, int dim_);
   const float* head(int b, int h) const { return values.data() + (std::int64_t(b) * heads + h) * len * dim; }
   const float* row(int b, int h, int t) const { return head(b, h) + std::int64_t(t) * dim; }
 };
 
-// Writes a head-major [T, D] block of values into (b, h) of a tensor of `heads` heads in `layout`.
+// Writes a head-major [T, D] block of values into (b, h) of a tensor with strides `st`.
 template <class T, class Src, class Convert>
-void scatter_head(T* dst, Layout layout, const AttentionShape& s, int heads, int len, int b, int h, const Src* src,
-                  Convert conv) {
-  const HeadStrides st = HeadStrides::of(layout, heads, len, s.head_dim);
+void scatter_head(T* dst, const HeadStrides& st, const AttentionShape& s, int len, int b, int h, const Src* src, Convert conv) {
   for (int t = 0; t < len; ++t)
     for (int d = 0; d < s.head_dim; ++d) dst[st.at(b, h, t) + d] = conv(src[std::int64_t(t) * s.head_dim + d]);
 }

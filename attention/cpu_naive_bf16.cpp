@@ -35,10 +35,10 @@ void naive_bf16_forward(const ForwardArgs& a, const AttentionOptions& opt) {
   const AttentionShape& s = a.shape;
   const int dim = s.head_dim;
   const float scale = opt.resolved_scale(dim);
-  const HeadMajor q(a.q, a.layout, s.batch, s.heads, s.q_len, dim);
-  const HeadMajor k(a.k, a.layout, s.batch, s.resolved_kv_heads(), s.k_len, dim);
-  const HeadMajor v(a.v, a.layout, s.batch, s.resolved_kv_heads(), s.k_len, dim);
-  const HeadStrides qs = HeadStrides::of(a.layout, s.heads, s.q_len, dim);
+  const HeadMajor q(a.q, a.q_strides(), s.batch, s.heads, s.q_len, dim);
+  const HeadMajor k(a.k, a.k_strides(), s.batch, s.resolved_kv_heads(), s.k_len, dim);
+  const HeadMajor v(a.v, a.v_strides(), s.batch, s.resolved_kv_heads(), s.k_len, dim);
+  const HeadStrides os = a.o_strides();
   const std::int64_t rows = s.rows();
 #pragma omp parallel
   {
@@ -55,7 +55,7 @@ void naive_bf16_forward(const ForwardArgs& a, const AttentionOptions& opt) {
         for (int j = 0; j <= last; ++j)
           for (int d = 0; d < dim; ++d) acc[d] += double(p[j]) * v.row(b, kh, j)[d];
       }
-      for (int d = 0; d < dim; ++d) a.o[qs.at(b, h, i) + d] = bf16::from_float(static_cast<float>(acc[d]));
+      for (int d = 0; d < dim; ++d) a.o[os.at(b, h, i) + d] = bf16::from_float(static_cast<float>(acc[d]));
     }
   }
 }
@@ -65,12 +65,12 @@ void naive_bf16_backward(const BackwardArgs& a, const AttentionOptions& opt) {
   const AttentionShape& s = a.shape;
   const int dim = s.head_dim, tq = s.q_len, tk = s.k_len;
   const float scale = opt.resolved_scale(dim);
-  const HeadMajor q(a.q, a.layout, s.batch, s.heads, tq, dim);
+  const HeadMajor q(a.q, a.q_strides(), s.batch, s.heads, tq, dim);
   const int kv_heads = s.resolved_kv_heads(), group = s.group_size();
-  const HeadMajor k(a.k, a.layout, s.batch, kv_heads, tk, dim);
-  const HeadMajor v(a.v, a.layout, s.batch, kv_heads, tk, dim);
-  const HeadMajor d_o(a.d_o, a.layout, s.batch, s.heads, tq, dim);
-  const HeadStrides qs = HeadStrides::of(a.layout, s.heads, tq, dim), ks = HeadStrides::of(a.layout, kv_heads, tk, dim);
+  const HeadMajor k(a.k, a.k_strides(), s.batch, kv_heads, tk, dim);
+  const HeadMajor v(a.v, a.v_strides(), s.batch, kv_heads, tk, dim);
+  const HeadMajor d_o(a.d_o, a.d_o_strides(), s.batch, s.heads, tq, dim);
+  const HeadStrides dqs = a.dq_strides(), dks = a.dk_strides(), dvs = a.dv_strides();
   std::vector<float> p_all(std::size_t(tq) * tk), ds_all(std::size_t(tq) * tk);
   detail::GroupGradientSum dk_sum(std::size_t(tk) * dim), dv_sum(std::size_t(tk) * dim);
   for (int b = 0; b < s.batch; ++b) {
@@ -105,7 +105,7 @@ void naive_bf16_backward(const BackwardArgs& a, const AttentionOptions& opt) {
           for (int d = 0; d < dim; ++d) {
             double acc = 0.0;
             for (int j = 0; j < tk; ++j) acc += double(ds_all[std::size_t(i) * tk + j]) * k.row(b, kh, j)[d];
-            a.dq[qs.at(b, h, i) + d] = bf16::from_float(static_cast<float>(acc));
+            a.dq[dqs.at(b, h, i) + d] = bf16::from_float(static_cast<float>(acc));
           }
 #pragma omp parallel for schedule(static)
         for (int j = 0; j < tk; ++j)
@@ -122,8 +122,8 @@ void naive_bf16_backward(const BackwardArgs& a, const AttentionOptions& opt) {
       }
       for (int j = 0; j < tk; ++j)
         for (int d = 0; d < dim; ++d) {
-          a.dk[ks.at(b, kh, j) + d] = bf16::from_float(dk_sum.sum[std::size_t(j) * dim + d]);
-          a.dv[ks.at(b, kh, j) + d] = bf16::from_float(dv_sum.sum[std::size_t(j) * dim + d]);
+          a.dk[dks.at(b, kh, j) + d] = bf16::from_float(dk_sum.sum[std::size_t(j) * dim + d]);
+          a.dv[dvs.at(b, kh, j) + d] = bf16::from_float(dv_sum.sum[std::size_t(j) * dim + d]);
         }
     }
   }

@@ -29,9 +29,9 @@ double row_softmax(const double* qi, const double* k, int last, int dim, double 
   return mx + std::log(sum);
 }
 
-// Head-major FP64 copies of BF16 tensors in any layout.
-std::vector<double> widen(const bf16* src, Layout layout, const AttentionShape& s, int heads, int len) {
-  const detail::HeadMajor h(src, layout, s.batch, heads, len, s.head_dim);
+// Head-major FP64 copies of BF16 tensors with any strides.
+std::vector<double> widen(const bf16* src, const HeadStrides& st, const AttentionShape& s, int heads, int len) {
+  const detail::HeadMajor h(src, st, s.batch, heads, len, s.head_dim);
   return {h.values.begin(), h.values.end()};
 }
 
@@ -41,8 +41,8 @@ std::vector<double> to_layout(const std::vector<double>& hm, Layout layout, cons
   std::vector<double> out(hm.size());
   for (int b = 0; b < s.batch; ++b)
     for (int h = 0; h < heads; ++h)
-      detail::scatter_head(out.data(), layout, s, heads, len, b, h, hm.data() + (std::int64_t(b) * heads + h) * len * s.head_dim,
-                           [](double x) { return x; });
+      detail::scatter_head(out.data(), HeadStrides::of(layout, heads, len, s.head_dim), s, len, b, h,
+                           hm.data() + (std::int64_t(b) * heads + h) * len * s.head_dim, [](double x) { return x; });
   return out;
 }
 
@@ -156,8 +156,8 @@ ReferenceForward reference_forward(const ForwardArgs& a, const AttentionOptions&
   if (!a.q || !a.k || !a.v) throw std::invalid_argument("reference_forward: q, k and v are required");
   const AttentionShape& s = a.shape;
   const int kvh = s.resolved_kv_heads();
-  const std::vector<double> q = widen(a.q, a.layout, s, s.heads, s.q_len), k = widen(a.k, a.layout, s, kvh, s.k_len),
-                            v = widen(a.v, a.layout, s, kvh, s.k_len);
+  const std::vector<double> q = widen(a.q, a.q_strides(), s, s.heads, s.q_len), k = widen(a.k, a.k_strides(), s, kvh, s.k_len),
+                            v = widen(a.v, a.v_strides(), s, kvh, s.k_len);
   ReferenceForward r = reference_forward(Fp64Inputs{s, q.data(), k.data(), v.data(), nullptr}, opt);
   r.o = to_layout(r.o, a.layout, s, s.heads, s.q_len);
   return r;
@@ -168,8 +168,9 @@ ReferenceBackward reference_backward(const BackwardArgs& a, const AttentionOptio
   if (!a.q || !a.k || !a.v || !a.d_o) throw std::invalid_argument("reference_backward: q, k, v and do are required");
   const AttentionShape& s = a.shape;
   const int kvh = s.resolved_kv_heads();
-  const std::vector<double> q = widen(a.q, a.layout, s, s.heads, s.q_len), k = widen(a.k, a.layout, s, kvh, s.k_len),
-                            v = widen(a.v, a.layout, s, kvh, s.k_len), d_o = widen(a.d_o, a.layout, s, s.heads, s.q_len);
+  const std::vector<double> q = widen(a.q, a.q_strides(), s, s.heads, s.q_len), k = widen(a.k, a.k_strides(), s, kvh, s.k_len),
+                            v = widen(a.v, a.v_strides(), s, kvh, s.k_len),
+                            d_o = widen(a.d_o, a.d_o_strides(), s, s.heads, s.q_len);
   ReferenceBackward r = reference_backward(Fp64Inputs{s, q.data(), k.data(), v.data(), d_o.data()}, opt);
   r.dq = to_layout(r.dq, a.layout, s, s.heads, s.q_len);
   r.dk = to_layout(r.dk, a.layout, s, kvh, s.k_len);

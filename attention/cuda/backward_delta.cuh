@@ -24,11 +24,12 @@ __global__ void __launch_bounds__(256) delta_from_output_kernel(const __grid_con
   float sum = 0.0f;
   if (row < rows) {
     const int i = int(row % p.q_len), hh = int(row / p.q_len % p.heads), bb = int(row / (std::int64_t(p.q_len) * p.heads));
-    const std::int64_t at = p.q_strides.head(bb, hh) + i * p.q_strides.t + lane_in_row * 8;
-    const uint4 o = *reinterpret_cast<const uint4*>(p.o + at);
-    const uint4 d = *reinterpret_cast<const uint4*>(p.d_o + at);
+    const std::int64_t at_o = p.o_strides.head(bb, hh) + i * p.o_strides.t + lane_in_row * 8;  // o and o_residual
+    const std::int64_t at_do = p.d_o_strides.head(bb, hh) + i * p.d_o_strides.t + lane_in_row * 8;
+    const uint4 o = *reinterpret_cast<const uint4*>(p.o + at_o);
+    const uint4 d = *reinterpret_cast<const uint4*>(p.d_o + at_do);
     uint4 r = make_uint4(0, 0, 0, 0);
-    if (compensated) r = *reinterpret_cast<const uint4*>(p.o_residual + at);
+    if (compensated) r = *reinterpret_cast<const uint4*>(p.o_residual + at_o);
     const std::uint32_t ov[4] = {o.x, o.y, o.z, o.w}, dv[4] = {d.x, d.y, d.z, d.w}, rv[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
@@ -57,8 +58,9 @@ __global__ void __launch_bounds__(128) delta_exact_kernel(const __grid_constant_
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const bool causal = p.causal != 0;
   const std::int64_t row_base = (std::int64_t(b) * p.heads + h) * p.q_len;
-  const std::uint16_t* k_head = p.k + p.k_strides.head(b, h);
-  const std::uint16_t* v_head = p.v + p.k_strides.head(b, h);
+  const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
+  const std::uint16_t* k_head = p.k + p.k_strides.head(b, kv_h);
+  const std::uint16_t* v_head = p.v + p.v_strides.head(b, kv_h);
 
   int last[2];
   float lse[2], part[2] = {0.0f, 0.0f};
@@ -74,10 +76,10 @@ __global__ void __launch_bounds__(128) delta_exact_kernel(const __grid_constant_
 
   auto issue = [&](int s) {
     load_tile_async<BK, D, kThreads>(s_k0 + (s & 1) * kTileBytes, k_head, p.k_strides.t, s * BK, p.k_len);
-    load_tile_async<BK, D, kThreads>(s_v0 + (s & 1) * kTileBytes, v_head, p.k_strides.t, s * BK, p.k_len);
+    load_tile_async<BK, D, kThreads>(s_v0 + (s & 1) * kTileBytes, v_head, p.v_strides.t, s * BK, p.k_len);
   };
   load_tile_async<BQ, D, kThreads>(s_q, p.q + p.q_strides.head(b, h), p.q_strides.t, m0, p.q_len);
-  load_tile_async<BQ, D, kThreads>(s_do, p.d_o + p.q_strides.head(b, h), p.q_strides.t, m0, p.q_len);
+  load_tile_async<BQ, D, kThreads>(s_do, p.d_o + p.d_o_strides.head(b, h), p.d_o_strides.t, m0, p.q_len);
   if (n_steps > 0) issue(0);
   cp_async_commit();
   for (int s = 0; s < n_steps; ++s) {
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(256) dq_convert_kernel(const __grid_constant__
   uint2 out;
   out.x = pack_bf16x2(mul_rn(a.x, product_scale), mul_rn(a.y, product_scale));
   out.y = pack_bf16x2(mul_rn(a.z, product_scale), mul_rn(a.w, product_scale));
-  *reinterpret_cast<uint2*>(p.dq + p.q_strides.head(bb, hh) + i * p.q_strides.t + d) = out;
+  *reinterpret_cast<uint2*>(p.dq + p.dq_strides.head(bb, hh) + i * p.dq_strides.t + d) = out;
 }
 
 
@@ -165,12 +167,12 @@ __global__ void __launch_bounds__(256) dq_convert_fragments_kernel(const __grid_
   const int qb = int(block % n_blocks), hh = int(block / n_blocks % p.heads), bb = int(block / n_blocks / p.heads);
   const int row = qb * DqFragmentOrder::kBlockQ + warp * 16 + g, d = tile * 64 + j * 8 + 2 * t;
   const float4 a = __ldcs(reinterpret_cast<const float4*>(p.dq_accum) + idx);
-  std::uint16_t* dq_head = p.dq + p.q_strides.head(bb, hh);
+  std::uint16_t* dq_head = p.dq + p.dq_strides.head(bb, hh);
   if (row < p.q_len)
-    *reinterpret_cast<std::uint32_t*>(dq_head + row * p.q_strides.t + d) =
+    *reinterpret_cast<std::uint32_t*>(dq_head + row * p.dq_strides.t + d) =
         pack_bf16x2(mul_rn(a.x, product_scale), mul_rn(a.y, product_scale));
   if (row + 8 < p.q_len)
-    *reinterpret_cast<std::uint32_t*>(dq_head + (row + 8) * p.q_strides.t + d) =
+    *reinterpret_cast<std::uint32_t*>(dq_head + (row + 8) * p.dq_strides.t + d) =
         pack_bf16x2(mul_rn(a.z, product_scale), mul_rn(a.w, product_scale));
 }
 

@@ -82,13 +82,14 @@ __device__ __forceinline__ void probs_and_dscores(const BackwardParams& p, const
 
 // dK = BF16(acc * scale) (fused applies the scale to the FP32 product; paper's dS has it) and
 // dV = BF16(acc) of a warp's 16 keys: this thread's keys `key` and key + 8, columns nd * 8 + 2t,
-// + 1 (mma.sync C fragments, which the wgmma accumulators repeat). Keys past Tk are not stored.
+// + 1 (mma.sync C fragments, which the wgmma accumulators repeat), at query head h (BackwardParams:
+// with grouped-query heads p.dk, p.dv are the per-query-head workspace). Keys past Tk are not stored.
 template <bool kPaper, int DT>
 __device__ __forceinline__ void store_dk_dv(const BackwardParams& p, int b, int h, int key, int t, const float (&acc_dk)[DT][4],
                                             const float (&acc_dv)[DT][4]) {
   const float dk_scale = kPaper ? 1.0f : p.scale;
-  std::uint16_t* dk_head = p.dk + p.k_strides.head(b, h);
-  std::uint16_t* dv_head = p.dv + p.k_strides.head(b, h);
+  std::uint16_t* dk_head = p.dk + p.dk_strides.head(b, h);
+  std::uint16_t* dv_head = p.dv + p.dv_strides.head(b, h);
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int k = key + 8 * hf;
@@ -96,9 +97,9 @@ __device__ __forceinline__ void store_dk_dv(const BackwardParams& p, int b, int 
 #pragma unroll
     for (int nd = 0; nd < DT; ++nd) {
       const int d = nd * 8 + 2 * t;
-      *reinterpret_cast<std::uint32_t*>(dk_head + k * p.k_strides.t + d) =
+      *reinterpret_cast<std::uint32_t*>(dk_head + k * p.dk_strides.t + d) =
           pack_bf16x2(mul_rn(acc_dk[nd][2 * hf], dk_scale), mul_rn(acc_dk[nd][2 * hf + 1], dk_scale));
-      *reinterpret_cast<std::uint32_t*>(dv_head + k * p.k_strides.t + d) = pack_bf16x2(acc_dv[nd][2 * hf], acc_dv[nd][2 * hf + 1]);
+      *reinterpret_cast<std::uint32_t*>(dv_head + k * p.dv_strides.t + d) = pack_bf16x2(acc_dv[nd][2 * hf], acc_dv[nd][2 * hf + 1]);
     }
   }
 }
@@ -122,10 +123,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_backward_kernel
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const bool causal = p.causal != 0;
   const std::int64_t row_base = (std::int64_t(b) * p.heads + h) * p.q_len;  // [B, H, Tq] row index
+  const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
   const std::uint16_t* q_head = p.q + p.q_strides.head(b, h);
-  const std::uint16_t* do_head = p.d_o + p.q_strides.head(b, h);
-  const std::uint16_t* k_head = p.k + p.k_strides.head(b, h);
-  const std::uint16_t* v_head = p.v + p.k_strides.head(b, h);
+  const std::uint16_t* do_head = p.d_o + p.d_o_strides.head(b, h);
+  const std::uint16_t* k_head = p.k + p.k_strides.head(b, kv_h);
+  const std::uint16_t* v_head = p.v + p.v_strides.head(b, kv_h);
 
   // Query blocks that see any of keys [k0, k0 + BK): query i sees key j iff j <= i + Tk - Tq.
   const int first_query = causal ? max(0, k0 - (p.k_len - p.q_len)) : 0;
@@ -134,7 +136,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_backward_kernel
   auto issue_query_block = [&](int qb, int buf) {
     const int q0 = qb * BQ;
     load_tile_async<BQ, D, Traits::kThreads>(s_q0 + buf * Traits::kSmemQ, q_head, p.q_strides.t, q0, p.q_len);
-    load_tile_async<BQ, D, Traits::kThreads>(s_do0 + buf * Traits::kSmemQ, do_head, p.q_strides.t, q0, p.q_len);
+    load_tile_async<BQ, D, Traits::kThreads>(s_do0 + buf * Traits::kSmemQ, do_head, p.d_o_strides.t, q0, p.q_len);
     // lse and delta; rows past Tq get lse = +inf so P = 0 there.
     float* vals = s_rowvals + buf * 2 * BQ;
     for (int r = threadIdx.x; r < BQ; r += Traits::kThreads) {
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_backward_kernel
   };
 
   load_tile_async<BK, D, Traits::kThreads>(s_k, k_head, p.k_strides.t, k0, p.k_len);
-  load_tile_async<BK, D, Traits::kThreads>(s_v, v_head, p.k_strides.t, k0, p.k_len);
+  load_tile_async<BK, D, Traits::kThreads>(s_v, v_head, p.v_strides.t, k0, p.k_len);
   if (qb_begin < qb_end) issue_query_block(qb_begin, 0);
   cp_async_commit();
 

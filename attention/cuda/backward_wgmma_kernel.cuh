@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto bar_free = [&](int slot) { return bar_kv + 8 * (3 + slot); };  // every warp is done with a slot
 
   const int b = blockIdx.z, h = blockIdx.y, kb = blockIdx.x, k0 = kb * BK;
+  const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
   // The warpgroup index broadcast from lane 0: the compiler then knows it is warp-uniform and keeps
   // the shared-memory addresses derived from it (wgmma descriptors) in uniform registers instead of
   // moving them over (R2UR) before every product (CUTLASS's canonical_warp_group_idx does the same).
@@ -126,8 +127,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     for (int grp = 0; grp < 2; ++grp)
 #pragma unroll
       for (int x = 0; x < kBoxes; ++x) {
-        tma_load_4d(s_k + grp * kTile + x * kBoxBytes, &p.tma_k, 64 * x, k0 + grp * GK, h, b, bar_kv);
-        tma_load_4d(s_v + grp * kTile + x * kBoxBytes, &p.tma_v, 64 * x, k0 + grp * GK, h, b, bar_kv);
+        tma_load_4d(s_k + grp * kTile + x * kBoxBytes, &p.tma_k, 64 * x, k0 + grp * GK, kv_h, b, bar_kv);
+        tma_load_4d(s_v + grp * kTile + x * kBoxBytes, &p.tma_v, 64 * x, k0 + grp * GK, kv_h, b, bar_kv);
       }
     if (qb_begin < qb_end) issue_query_block(qb_begin, 0);
   }

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "launch.hpp"
 #include "stableflash/attention/cuda.hpp"
@@ -26,9 +27,64 @@ bool head_dim_compiled(int d) {
   return false;
 }
 
-TensorStrides strides_of(Layout layout, const AttentionShape& s, int len) {
-  const HeadStrides hs = HeadStrides::of(layout, s.heads, len, s.head_dim);
-  return {hs.b, hs.h, hs.t};
+TensorStrides device_strides(const HeadStrides& hs) { return {hs.b, hs.h, hs.t}; }
+
+// What the kernels need of one tensor's memory: every row (b, h, t) starts `align` bytes aligned,
+// i.e. the base address and the three strides (in bytes) are multiples of `align`. Strides are
+// non-negative (bulk tensor copies take unsigned ones). The one place these rules are decided:
+// forward_tensors / backward_tensors list every tensor with its need, check_tensor applies it.
+struct TensorNeed {
+  const char* field;         // the args' pointer (messages): q, k, v, o, o_residual, do, dq, dk, dv
+  const char* stride_field;  // its entry in args.strides (o_residual follows o)
+  const void* ptr;           // null: not passed (optional tensors; delta has no gradients)
+  HeadStrides strides;
+  int align;                 // bytes
+  const char* why;
+};
+
+constexpr const char* kBulkReads = "read by bulk tensor copies (TMA) and 16-byte loads";
+constexpr const char* kPairStores = "written two values at a time; 16-byte aligned rows also allow bulk stores";
+constexpr const char* kGradientStores = "written up to four values (8 bytes) at a time";
+
+bool rows_aligned(const void* ptr, const HeadStrides& st, int align) {
+  const auto multiple = [&](std::int64_t elements) { return elements >= 0 && (elements * 2) % align == 0; };
+  return reinterpret_cast<std::uintptr_t>(ptr) % align == 0 && multiple(st.b) && multiple(st.h) && multiple(st.t);
+}
+
+void check_tensor(const TensorNeed& n) {
+  if (!n.ptr) return;
+  const std::string need = " (" + std::string(n.why) + ")";
+  if (reinterpret_cast<std::uintptr_t>(n.ptr) % n.align != 0)
+    throw std::invalid_argument(std::string("CUDA attention: ") + n.field + " must be " + std::to_string(n.align) +
+                                "-byte aligned" + need);
+  const std::pair<const char*, std::int64_t> strides[] = {{"b", n.strides.b}, {"h", n.strides.h}, {"t", n.strides.t}};
+  for (const auto& [dim, elements] : strides) {
+    const std::string name = std::string("CUDA attention: strides.") + n.stride_field + "." + dim + " = " + std::to_string(elements);
+    if (elements < 0) throw std::invalid_argument(name + " is negative; the kernels need non-negative strides");
+    if ((elements * 2) % n.align != 0)
+      throw std::invalid_argument(name + " must be a multiple of " + std::to_string(n.align / 2) + " elements (" +
+                                  std::to_string(n.align) + " bytes)" + need);
+  }
+}
+
+std::vector<TensorNeed> forward_tensors(const ForwardArgs& a) {
+  return {{"q", "q", a.q, a.q_strides(), 16, kBulkReads},
+          {"k", "k", a.k, a.k_strides(), 16, kBulkReads},
+          {"v", "v", a.v, a.v_strides(), 16, kBulkReads},
+          {"o", "o", a.o, a.o_strides(), 4, kPairStores},
+          {"o_residual", "o", a.o_residual, a.o_strides(), 4, kPairStores}};
+}
+
+std::vector<TensorNeed> backward_tensors(const BackwardArgs& a) {
+  return {{"q", "q", a.q, a.q_strides(), 16, kBulkReads},
+          {"k", "k", a.k, a.k_strides(), 16, kBulkReads},
+          {"v", "v", a.v, a.v_strides(), 16, kBulkReads},
+          {"o", "o", a.o, a.o_strides(), 16, kBulkReads},
+          {"o_residual", "o", a.o_residual, a.o_strides(), 16, kBulkReads},
+          {"do", "d_o", a.d_o, a.d_o_strides(), 16, kBulkReads},
+          {"dq", "dq", a.dq, a.dq_strides(), 8, kGradientStores},
+          {"dk", "dk", a.dk, a.dk_strides(), 8, kGradientStores},
+          {"dv", "dv", a.dv, a.dv_strides(), 8, kGradientStores}};
 }
 
 cudaStream_t stream_of(const AttentionOptions& opt) { return static_cast<cudaStream_t>(opt.cuda_stream); }
@@ -52,9 +108,10 @@ void* workspace_alloc(std::size_t bytes, cudaStream_t stream) {
 }
 void workspace_free(void* p, cudaStream_t stream) { check_cuda(cudaFreeAsync(p, stream), "cudaFreeAsync"); }
 
-// A bulk-tensor-copy map of a BF16 [B, H, T, D] or [B, T, H, D] tensor as the 4-d tensor
-// (D, T, H, B) in boxes of 64 x 64, 128-byte swizzled (tma.cuh); rows past T read as zeros.
-CUtensorMap tensor_map(const void* base, const AttentionShape& s, int len, const TensorStrides& st) {
+// A bulk-tensor-copy map of a BF16 [B, heads, len, D] tensor with any strides (check_tensor's
+// 16-byte rule) as the 4-d tensor (D, T, H, B) in boxes of 64 x 64, 128-byte swizzled (tma.cuh);
+// rows past T read as zeros.
+CUtensorMap tensor_map(const char* field, const void* base, const AttentionShape& s, int heads, int len, const TensorStrides& st) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
                               const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                               CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -67,13 +124,15 @@ CUtensorMap tensor_map(const void* base, const AttentionShape& s, int len, const
     return reinterpret_cast<Encode>(fn);
   }();
   CUtensorMap map{};
-  const cuuint64_t dims[4] = {cuuint64_t(s.head_dim), cuuint64_t(len), cuuint64_t(s.heads), cuuint64_t(s.batch)};
+  const cuuint64_t dims[4] = {cuuint64_t(s.head_dim), cuuint64_t(len), cuuint64_t(heads), cuuint64_t(s.batch)};
   const cuuint64_t strides[3] = {cuuint64_t(st.t) * 2, cuuint64_t(st.h) * 2, cuuint64_t(st.b) * 2};  // bytes
   const cuuint32_t box[4] = {64, 64, 1, 1}, element_strides[4] = {1, 1, 1, 1};
   const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box,
                             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
+  if (r != CUDA_SUCCESS)
+    throw std::invalid_argument(std::string("CUDA attention: ") + field + ": cuTensorMapEncodeTiled refused its strides (" +
+                                std::to_string(int(r)) + ")");
   return map;
 }
 
@@ -99,31 +158,16 @@ BackwardParams backward_params(const BackwardArgs& a, const AttentionOptions& op
   p.lse = a.lse;
   p.dq = reinterpret_cast<std::uint16_t*>(a.dq), p.dk = reinterpret_cast<std::uint16_t*>(a.dk);
   p.dv = reinterpret_cast<std::uint16_t*>(a.dv);
-  p.q_strides = strides_of(a.layout, s, s.q_len), p.k_strides = strides_of(a.layout, s, s.k_len);
+  p.q_strides = device_strides(a.q_strides()), p.k_strides = device_strides(a.k_strides());
+  p.v_strides = device_strides(a.v_strides()), p.o_strides = device_strides(a.o_strides());
+  p.d_o_strides = device_strides(a.d_o_strides()), p.dq_strides = device_strides(a.dq_strides());
+  p.dk_strides = device_strides(a.dk_strides()), p.dv_strides = device_strides(a.dv_strides());
   p.batch = s.batch, p.heads = s.heads, p.q_len = s.q_len, p.k_len = s.k_len;
+  p.kv_group = s.group_size();
   p.scale = opt.resolved_scale(s.head_dim);
   p.causal = opt.causal, p.deterministic = opt.deterministic;
   p.delta_source = static_cast<int>(opt.delta_source);
   return p;
-}
-
-// The kernels copy rows in 16-byte pieces and store pairs of values in 4 bytes.
-void check_aligned(const void* ptr, int bytes, const char* name) {
-  if (ptr && reinterpret_cast<std::uintptr_t>(ptr) % bytes != 0)
-    throw std::invalid_argument(std::string("CUDA attention: ") + name + " must be " + std::to_string(bytes) + "-byte aligned");
-}
-
-void check_backward_inputs(const BackwardArgs& a, const AttentionOptions& opt) {
-  check_supported(a.shape, opt);
-  if (!a.q || !a.k || !a.v || !a.o || !a.lse || !a.d_o)
-    throw std::invalid_argument("attention_backward: q, k, v, o, lse and do are required");
-  for (const auto& [ptr, name] : {std::pair<const void*, const char*>{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.o, "o"},
-                                  {a.o_residual, "o_residual"}, {a.d_o, "do"}})
-    check_aligned(ptr, 16, name);
-  for (const auto& [ptr, name] : {std::pair<const void*, const char*>{a.dq, "dq"}, {a.dk, "dk"}, {a.dv, "dv"}})
-    check_aligned(ptr, 8, name);
-  if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
-    throw std::invalid_argument("delta_source: 'compensated' needs the forward's o_residual");
 }
 
 }  // namespace
@@ -191,14 +235,25 @@ void check_supported(const AttentionShape& s, const AttentionOptions& opt) {
                                 std::to_string(kSubTile) + ", got " + std::to_string(opt.resolved_tile_k()));
 }
 
-void forward(const ForwardArgs& a, const AttentionOptions& opt) {
+void check_supported(const ForwardArgs& a, const AttentionOptions& opt) {
   check_supported(a.shape, opt);
   if (!a.q || !a.k || !a.v || !a.o || !a.lse) throw std::invalid_argument("attention_forward: q, k, v, o and lse are required");
   if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
     throw std::invalid_argument("delta_source: 'compensated' needs an o_residual output buffer");
-  for (const auto& [ptr, name] : {std::pair<const void*, const char*>{a.q, "q"}, {a.k, "k"}, {a.v, "v"}})
-    check_aligned(ptr, 16, name);
-  check_aligned(a.o, 4, "o"), check_aligned(a.o_residual, 4, "o_residual");
+  for (const TensorNeed& n : forward_tensors(a)) check_tensor(n);
+}
+
+void check_supported(const BackwardArgs& a, const AttentionOptions& opt) {
+  check_supported(a.shape, opt);
+  if (!a.q || !a.k || !a.v || !a.o || !a.lse || !a.d_o)
+    throw std::invalid_argument("attention_backward: q, k, v, o, lse and do are required");
+  if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
+    throw std::invalid_argument("delta_source: 'compensated' needs the forward's o_residual");
+  for (const TensorNeed& n : backward_tensors(a)) check_tensor(n);
+}
+
+void forward(const ForwardArgs& a, const AttentionOptions& opt) {
+  check_supported(a, opt);
   const AttentionShape& s = a.shape;
   const cudaStream_t stream = stream_of(opt);
   ForwardParams p{};
@@ -206,8 +261,10 @@ void forward(const ForwardArgs& a, const AttentionOptions& opt) {
   p.v = reinterpret_cast<const std::uint16_t*>(a.v);
   p.o = reinterpret_cast<std::uint16_t*>(a.o), p.o_residual = reinterpret_cast<std::uint16_t*>(a.o_residual);
   p.lse = a.lse;
-  p.q_strides = strides_of(a.layout, s, s.q_len), p.k_strides = strides_of(a.layout, s, s.k_len);
+  p.q_strides = device_strides(a.q_strides()), p.k_strides = device_strides(a.k_strides());
+  p.v_strides = device_strides(a.v_strides()), p.o_strides = device_strides(a.o_strides());
   p.batch = s.batch, p.heads = s.heads, p.q_len = s.q_len, p.k_len = s.k_len;
+  p.kv_group = s.group_size();
   p.scale = opt.resolved_scale(s.head_dim);
   p.causal = opt.causal;
   p.tile_k = opt.resolved_tile_k();
@@ -216,15 +273,15 @@ void forward(const ForwardArgs& a, const AttentionOptions& opt) {
   p.policy = opt.policy_params;
   p.serial_walk = forward_serial_walk();
   if (forward_kernel_kind() == ForwardKernel::wgmma) {
-    p.tma_q = tensor_map(a.q, s, s.q_len, p.q_strides);
-    p.tma_k = tensor_map(a.k, s, s.k_len, p.k_strides);
-    p.tma_v = tensor_map(a.v, s, s.k_len, p.k_strides);
-    // the epilogue's bulk stores need 16-byte aligned outputs; others are stored element-wise
-    const auto aligned16 = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
-    p.store_by_tma = aligned16(a.o) && (!a.o_residual || aligned16(a.o_residual));
+    const int kv_heads = s.resolved_kv_heads();
+    p.tma_q = tensor_map("q", a.q, s, s.heads, s.q_len, p.q_strides);
+    p.tma_k = tensor_map("k", a.k, s, kv_heads, s.k_len, p.k_strides);
+    p.tma_v = tensor_map("v", a.v, s, kv_heads, s.k_len, p.v_strides);
+    // the epilogue's bulk stores need 16-byte aligned output rows; others are stored element-wise
+    p.store_by_tma = rows_aligned(a.o, a.o_strides(), 16) && (!a.o_residual || rows_aligned(a.o_residual, a.o_strides(), 16));
     if (p.store_by_tma) {
-      p.tma_o = tensor_map(a.o, s, s.q_len, p.q_strides);
-      if (a.o_residual) p.tma_o_residual = tensor_map(a.o_residual, s, s.q_len, p.q_strides);
+      p.tma_o = tensor_map("o", a.o, s, s.heads, s.q_len, p.o_strides);
+      if (a.o_residual) p.tma_o_residual = tensor_map("o_residual", a.o_residual, s, s.heads, s.q_len, p.o_strides);
     }
   }
   if (a.ties) {
@@ -245,7 +302,7 @@ void forward(const ForwardArgs& a, const AttentionOptions& opt) {
 }
 
 void delta(const BackwardArgs& a, const AttentionOptions& opt, float* delta_out) {
-  check_backward_inputs(a, opt);
+  check_supported(a, opt);
   if (!delta_out) throw std::invalid_argument("attention_delta: the delta output is required");
   BackwardParams p = backward_params(a, opt);
   p.delta = delta_out;
@@ -253,14 +310,17 @@ void delta(const BackwardArgs& a, const AttentionOptions& opt, float* delta_out)
 }
 
 void backward(const BackwardArgs& a, const AttentionOptions& opt) {
-  check_backward_inputs(a, opt);
+  check_supported(a, opt);
   if (!a.dq || !a.dk || !a.dv) throw std::invalid_argument("attention_backward: dq, dk and dv outputs are required");
   const AttentionShape& s = a.shape;
   const cudaStream_t stream = stream_of(opt);
   BackwardParams p = backward_params(a, opt);
   if (backward_kernel_kind() == ForwardKernel::wgmma) {
-    p.tma_q = tensor_map(a.q, s, s.q_len, p.q_strides), p.tma_do = tensor_map(a.d_o, s, s.q_len, p.q_strides);
-    p.tma_k = tensor_map(a.k, s, s.k_len, p.k_strides), p.tma_v = tensor_map(a.v, s, s.k_len, p.k_strides);
+    const int kv_heads = s.resolved_kv_heads();
+    p.tma_q = tensor_map("q", a.q, s, s.heads, s.q_len, p.q_strides);
+    p.tma_do = tensor_map("do", a.d_o, s, s.heads, s.q_len, p.d_o_strides);
+    p.tma_k = tensor_map("k", a.k, s, kv_heads, s.k_len, p.k_strides);
+    p.tma_v = tensor_map("v", a.v, s, kv_heads, s.k_len, p.v_strides);
   }
   constexpr int kBlockQ = 64;  // BackwardTraits<*>::kBlockQ (one dQ turn counter per query block)
   const std::size_t rows = std::size_t(s.rows());

@@ -38,9 +38,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   // wave is made of short ones.
   const int b = blockIdx.z, h = blockIdx.y, m0 = (p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BQ;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
-  const std::uint16_t* q_head = p.q + p.q_strides.head(b, h);  // [Tq, D], row stride q_strides.t
-  const std::uint16_t* k_head = p.k + p.k_strides.head(b, h);  // [Tk, D]
-  const std::uint16_t* v_head = p.v + p.k_strides.head(b, h);  // [Tk, D]
+  const int kv_h = h / p.kv_group;                              // grouped-query heads share K/V
+  const std::uint16_t* q_head = p.q + p.q_strides.head(b, h);     // [Tq, D], row stride q_strides.t
+  const std::uint16_t* k_head = p.k + p.k_strides.head(b, kv_h);  // [Tk, D]
+  const std::uint16_t* v_head = p.v + p.v_strides.head(b, kv_h);  // [Tk, D]
 
   auto* events = reinterpret_cast<typename Rows::Events*>(smem + Traits::kSmemQ + 4 * Traits::kSmemKV);
   auto* top = reinterpret_cast<float*>(smem + Traits::kSmemQ + 4 * Traits::kSmemKV + Traits::kSmemEvents);
@@ -52,7 +53,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   auto issue_loads = [&](int s, const KeyStep& st) {
     load_tile_async<BK, D, Traits::kThreads>(s_k0 + (s & 1) * Traits::kSmemKV, k_head, p.k_strides.t, st.key0, p.k_len);
     if (st.main)
-      load_tile_async<BK, D, Traits::kThreads>(s_v0 + (s & 1) * Traits::kSmemKV, v_head, p.k_strides.t, st.key0, p.k_len);
+      load_tile_async<BK, D, Traits::kThreads>(s_v0 + (s & 1) * Traits::kSmemKV, v_head, p.v_strides.t, st.key0, p.k_len);
   };
   load_tile_async<BQ, D, Traits::kThreads>(s_q, q_head, p.q_strides.t, m0, p.q_len);
   if (total > 0) issue_loads(0, KeyCursor(walk).step);

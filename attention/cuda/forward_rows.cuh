@@ -599,10 +599,10 @@ struct ForwardRows {
 
   // O (and its residual) straight to global memory (the mma.sync kernel).
   __device__ void store_outputs(const ForwardParams& p, int b_, int h_, int t) const {
-    std::uint16_t* o_head = p.o + p.q_strides.head(b_, h_);
-    std::uint16_t* r_head = p.o_residual ? p.o_residual + p.q_strides.head(b_, h_) : nullptr;
+    std::uint16_t* o_head = p.o + p.o_strides.head(b_, h_);
+    std::uint16_t* r_head = p.o_residual ? p.o_residual + p.o_strides.head(b_, h_) : nullptr;
     finalize_outputs(p, r_head != nullptr, [&](int i, int, int nd, std::uint32_t o2, std::uint32_t r2) {
-      const std::int64_t at = i * p.q_strides.t + nd * 8 + 2 * t;
+      const std::int64_t at = i * p.o_strides.t + nd * 8 + 2 * t;
       *reinterpret_cast<std::uint32_t*>(o_head + at) = o2;
       if (r_head) *reinterpret_cast<std::uint32_t*>(r_head + at) = r2;
     });

@@ -61,7 +61,8 @@ __device__ __forceinline__ void load_tile(const CUtensorMap* map, std::uint32_t 
       tma_load_4d(dst + x * WgmmaTile<ROWS, D>::kBlockBytes + r * 64 * 128, map, 64 * x, row0 + 64 * r, h, b, bar);
 }
 
-// Where the fused fast path's K and V tiles come from. SelfFeed: the walking warpgroup's thread 0
+// Where the fused fast path's K and V tiles come from (kv_h: the K/V head the CTA's query head reads).
+// SelfFeed: the walking warpgroup's thread 0
 // issues the copies itself, one step ahead, into double buffers freed by a __syncthreads at the end
 // of each step (K_j: bars + 8 (1 + j % 2), V_j: bars + 8 (3 + j % 2)); step j's copies (K_(j+1),
 // V_j) go into buffers whose last readers, S_(j-1) and P_(j-2) V_(j-2), were waited for before the
@@ -70,18 +71,18 @@ __device__ __forceinline__ void load_tile(const CUtensorMap* map, std::uint32_t 
 template <int D, int BK, int KV>
 struct SelfFeed {
   const ForwardParams& p;
-  int h, b, total;
+  int kv_h, b, total;
   std::uint32_t s_k0, s_v0, bars;
 
   __device__ std::uint32_t k(int j) const { return s_k0 + (j & 1) * KV; }
   __device__ std::uint32_t v(int j) const { return s_v0 + (j & 1) * KV; }
   __device__ void start() const {
-    if (threadIdx.x == 0 && total > 0) load_tile<D, BK>(&p.tma_k, k(0), 0, h, b, bars + 8);
+    if (threadIdx.x == 0 && total > 0) load_tile<D, BK>(&p.tma_k, k(0), 0, kv_h, b, bars + 8);
   }
   __device__ void begin_step(int j) const {
     if (threadIdx.x != 0) return;
-    if (j + 1 < total) load_tile<D, BK>(&p.tma_k, k(j + 1), (j + 1) * BK, h, b, bars + 8 * (1 + ((j + 1) & 1)));
-    load_tile<D, BK>(&p.tma_v, v(j), j * BK, h, b, bars + 8 * (3 + (j & 1)));
+    if (j + 1 < total) load_tile<D, BK>(&p.tma_k, k(j + 1), (j + 1) * BK, kv_h, b, bars + 8 * (1 + ((j + 1) & 1)));
+    load_tile<D, BK>(&p.tma_v, v(j), j * BK, kv_h, b, bars + 8 * (3 + (j & 1)));
   }
   __device__ void wait_k(int j) const { mbar_wait(bars + 8 * (1 + (j & 1)), (j >> 1) & 1); }
   __device__ void wait_v(int j) const { mbar_wait(bars + 8 * (3 + (j & 1)), (j >> 1) & 1); }
@@ -193,6 +194,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   // Causal rows late in the sequence see the most keys: launch those blocks first so the last
   // wave is made of short ones.
   const int b = blockIdx.z, h = blockIdx.y, m0 = (p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BQ;
+  const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   (void)NT, (void)DT;
 
@@ -224,8 +226,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
     mbar_arrive_expect_tx(bar, (st.main ? 2 : 1) * kBoxes * kBoxBytes);
 #pragma unroll
     for (int x = 0; x < kBoxes; ++x) {
-      tma_load_4d(s_k0 + (s & 1) * Traits::kSmemKV + x * kBoxBytes, &p.tma_k, 64 * x, st.key0, h, b, bar);
-      if (st.main) tma_load_4d(s_v0 + (s & 1) * Traits::kSmemKV + x * kBoxBytes, &p.tma_v, 64 * x, st.key0, h, b, bar);
+      tma_load_4d(s_k0 + (s & 1) * Traits::kSmemKV + x * kBoxBytes, &p.tma_k, 64 * x, st.key0, kv_h, b, bar);
+      if (st.main) tma_load_4d(s_v0 + (s & 1) * Traits::kSmemKV + x * kBoxBytes, &p.tma_v, 64 * x, st.key0, kv_h, b, bar);
     }
   };
   if (threadIdx.x == 0) {
@@ -242,7 +244,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
       mbar_wait(bars, 0);
       constexpr int BKF = Traits::kFastBlockK;
       const int steps = (n_keys + BKF - 1) / BKF;
-      const SelfFeed<D, BKF, Traits::kSmemKV> feed{p, h, b, steps, s_k0, s_v0, bars};
+      const SelfFeed<D, BKF, Traits::kSmemKV> feed{p, kv_h, b, steps, s_k0, s_v0, bars};
       forward_pipelined_walk<D, BKF>(p, rows, feed, steps, min_last, t, s_q);
       finish(rows);
       return;

@@ -80,14 +80,15 @@ template <class Traits>
 __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const ProducerFeed<Traits>& feed, std::uint32_t s_q,
                                               int m0, int h, int b, int total) {
   constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK, S = kWsForwardStages;
+  const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
 #pragma unroll
   for (int c = 0; c < Traits::kConsumers; ++c) load_tile<D, 64>(&p.tma_q, s_q + c * Traits::kSmemQ, m0 + 64 * c, h, b, feed.bars.q(c));
   for (int j = 0; j < total; ++j) {
     const int s = j % S, use = j / S;
     if (use > 0) mbar_wait(feed.bars.k_empty(s), (use - 1) & 1);
-    load_tile<D, BK>(&p.tma_k, feed.k(j), j * BK, h, b, feed.bars.k_full(s));
+    load_tile<D, BK>(&p.tma_k, feed.k(j), j * BK, kv_h, b, feed.bars.k_full(s));
     if (use > 0) mbar_wait(feed.bars.v_empty(s), (use - 1) & 1);
-    load_tile<D, BK>(&p.tma_v, feed.v(j), j * BK, h, b, feed.bars.v_full(s));
+    load_tile<D, BK>(&p.tma_v, feed.v(j), j * BK, kv_h, b, feed.bars.v_full(s));
   }
 }
 

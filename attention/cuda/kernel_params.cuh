@@ -31,12 +31,13 @@ struct ForwardParams {
   // 64 x 64 elements in the 128-byte swizzle (tma.cuh); unused by the mma.sync kernel.
   CUtensorMap tma_q, tma_k, tma_v;
   CUtensorMap tma_o, tma_o_residual;  // wgmma kernel: the epilogue's bulk stores (o_residual's only if it is set)
-  const std::uint16_t *q, *k, *v;  // BF16 bits; [B, H, Tq|Tk, D] or [B, T, H, D]
-  std::uint16_t *o, *o_residual;   // o_residual may be null
+  const std::uint16_t *q, *k, *v;  // BF16 bits; q [B, H, Tq, D], k, v [B, H_kv, Tk, D], any strides
+  std::uint16_t *o, *o_residual;   // [B, H, Tq, D]; o_residual (may be null) shares o's strides
   float* lse;                      // [B, H, Tq]
   DeviceTieCounters* counters;     // null: no counting (the fast path)
-  TensorStrides q_strides, k_strides;  // o and o_residual share q's, v shares k's
+  TensorStrides q_strides, k_strides, v_strides, o_strides;
   int batch, heads, q_len, k_len;
+  int kv_group;  // query heads per K/V head: head h reads K/V head h / kv_group (1: multi-head)
   float scale;
   int causal;
   int tile_k;      // numerics key tile (multiple of kSubTile); fused without tie counts: kSubTile
@@ -55,9 +56,13 @@ struct BackwardParams {
   float* dq_accum;    // FP32, zeroed before the main kernel: [B, H, Tq, D] (mma.sync kernel) or
                       // DqFragmentOrder (wgmma kernel); entry.cu allocates the larger
   int* dq_semaphore;  // [B, H, ceil(Tq / BlockQ)] deterministic mode only, zeroed
+  // dk, dv as the main kernel writes them: per query head [B, H, Tk, D]. With kv_group > 1 they
+  // are a workspace that launch_group_sum adds up per K/V head (numerics.md: in ascending head order).
   std::uint16_t *dq, *dk, *dv;
-  TensorStrides q_strides, k_strides;
+  TensorStrides q_strides, k_strides, v_strides, o_strides, d_o_strides;  // o_residual shares o's
+  TensorStrides dq_strides, dk_strides, dv_strides;
   int batch, heads, q_len, k_len;
+  int kv_group;  // query heads per K/V head: head h reads K/V head h / kv_group (1: multi-head)
   float scale;
   int causal;
   int deterministic;

@@ -48,9 +48,19 @@ T* ptr(const std::unique_ptr<DeviceArray<T>>& a) {
   return a ? a->get() : nullptr;
 }
 
+// The copies below are of packed tensors; strided host views would need gathers nobody uses.
+void require_packed(bool strided) {
+  if (strided)
+    throw std::invalid_argument("strides: the host staging helpers copy packed tensors; pass device pointers to "
+                                "cuda::forward / backward for strided views");
+}
+bool any_set(const ForwardStrides& s) { return s.q || s.k || s.v || s.o; }
+bool any_set(const BackwardStrides& s) { return s.q || s.k || s.v || s.o || s.d_o || s.dq || s.dk || s.dv; }
+
 }  // namespace
 
 void forward_from_host(const ForwardArgs& h, const AttentionOptions& options) {
+  require_packed(any_set(h.strides));
   const AttentionShape& s = h.shape;
   const auto nq = std::size_t(s.q_elements()), nk = std::size_t(s.k_elements()), rows = std::size_t(s.rows());
   DeviceArray<bf16> q(nq, h.q), k(nk, h.k), v(nk, h.v), o(nq);
@@ -67,6 +77,7 @@ void forward_from_host(const ForwardArgs& h, const AttentionOptions& options) {
 }
 
 void backward_from_host(const BackwardArgs& h, const AttentionOptions& options) {
+  require_packed(any_set(h.strides));
   const AttentionShape& s = h.shape;
   const auto nq = std::size_t(s.q_elements()), nk = std::size_t(s.k_elements()), rows = std::size_t(s.rows());
   DeviceArray<bf16> q(nq, h.q), k(nk, h.k), v(nk, h.v), o(nq, h.o), d_o(nq, h.d_o), dq(nq), dk(nk), dv(nk);
@@ -86,6 +97,7 @@ void backward_from_host(const BackwardArgs& h, const AttentionOptions& options) 
 }
 
 void delta_from_host(const BackwardArgs& h, const AttentionOptions& options, float* delta_out) {
+  require_packed(any_set(h.strides));
   const AttentionShape& s = h.shape;
   const auto nq = std::size_t(s.q_elements()), nk = std::size_t(s.k_elements()), rows = std::size_t(s.rows());
   DeviceArray<bf16> q(nq, h.q), k(nk, h.k), v(nk, h.v), o(nq, h.o), d_o(nq, h.d_o);

@@ -1,9 +1,11 @@
 // The public attention entry points: forward and backward in `paper` or `fused` numerics with any
 // shift policy, and the FP64 `reference` oracle. Tensors are BF16 in [B, H, T, D] or [B, T, H, D]
-// (head_dim contiguous); lse is FP32 [B, H, Tq]. Causal masking is bottom-right aligned.
+// (head_dim contiguous), or any strided views of them (ForwardStrides / BackwardStrides); lse is
+// FP32 [B, H, Tq]. Causal masking is bottom-right aligned.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,7 +52,25 @@ struct HeadStrides {
   std::int64_t b = 0, h = 0, t = 0;
   static HeadStrides of(Layout layout, int heads, int len, int head_dim);
   std::int64_t at(int b_, int h_, int t_) const { return b_ * b + h_ * h + t_ * t; }
+  bool operator==(const HeadStrides&) const = default;
 };
+
+// Optional element strides (batch, head, token; head_dim always contiguous) per tensor, for views
+// that are not packed: q = base, k = base + C, v = base + 2C of one interleaved [B, T, 3, H, D]
+// product (token stride 3C, head stride D, C = H * D), or PyTorch views from .split / .transpose.
+// An unset field means the tensor is packed in the args' `layout` (heads and length its own:
+// H_kv and Tk for k, v, dk, dv). o_residual follows o; lse and delta stay head-major [B, H, Tq].
+// The CUDA path has alignment rules for them (cuda::check_supported, docs/cuda-kernels.md).
+struct ForwardStrides {
+  std::optional<HeadStrides> q, k, v, o;
+};
+struct BackwardStrides {
+  std::optional<HeadStrides> q, k, v, o, d_o, dq, dk, dv;
+};
+// A tensor's strides: `set`, else packed in `layout`. A dimension of extent 1 (batch 1, one head,
+// length 1) is never stepped, so its stride is replaced by the packed one (PyTorch gives such
+// dimensions arbitrary strides; the CUDA alignment rules should not see them).
+HeadStrides resolve_strides(const std::optional<HeadStrides>& set, Layout layout, int batch, int heads, int len, int head_dim);
 
 // The knobs of numerics.md. Tile sizes of 0 mean the mode's default (paper: 512 x 512 as the
 // authors' code; fused: 128 x 128 as production Hopper kernels). Only the key-tile width changes
@@ -95,8 +115,15 @@ struct ForwardArgs {
   const bf16* v = nullptr;   // [B, H_kv, Tk, D]
   bf16* o = nullptr;         // [B, H, Tq, D]
   float* lse = nullptr;      // [B, H, Tq], always head-major
-  bf16* o_residual = nullptr;  // [B, H, Tq, D]; required when delta_source == compensated
+  bf16* o_residual = nullptr;  // [B, H, Tq, D] with o's strides; required when delta_source == compensated
   TieCounts* ties = nullptr;   // optional event counters
+  ForwardStrides strides;      // optional per-tensor strides; unset: packed in `layout`
+
+  // The strides each tensor is addressed with (resolve_strides).
+  HeadStrides q_strides() const;
+  HeadStrides k_strides() const;
+  HeadStrides v_strides() const;
+  HeadStrides o_strides() const;  // o and o_residual
 };
 
 struct BackwardArgs {
@@ -109,6 +136,17 @@ struct BackwardArgs {
   const bf16* d_o = nullptr;         // [B, H, Tq, D]
   bf16 *dq = nullptr, *dk = nullptr, *dv = nullptr;  // dk, dv: [B, H_kv, Tk, D]
   float* delta = nullptr;            // optional out [B, H, Tq]: the delta the backward used
+  BackwardStrides strides;           // optional per-tensor strides; unset: packed in `layout`
+
+  // The strides each tensor is addressed with (resolve_strides).
+  HeadStrides q_strides() const;
+  HeadStrides k_strides() const;
+  HeadStrides v_strides() const;
+  HeadStrides o_strides() const;  // o and o_residual
+  HeadStrides d_o_strides() const;
+  HeadStrides dq_strides() const;
+  HeadStrides dk_strides() const;
+  HeadStrides dv_strides() const;
 };
 
 // `paper` and `fused` numerics on options.device: the CPU implementations (OpenMP across
@@ -120,14 +158,15 @@ void attention_backward(const BackwardArgs& args, const AttentionOptions& option
 // backward (the audit measures it). `o_residual` is needed for `compensated`.
 void attention_delta(const BackwardArgs& args, const AttentionOptions& options, float* delta /*[B, H, Tq]*/);
 
-// The FP64 oracle (numerics.md `reference`), from the BF16 input values. With kv_heads < heads the
-// dK/dV of a KV head is the FP64 sum of its query heads' dK/dV, added in ascending head order.
+// The FP64 oracle (numerics.md `reference`), from the BF16 input values (read with the args'
+// strides). With kv_heads < heads the dK/dV of a KV head is the FP64 sum of its query heads' dK/dV,
+// added in ascending head order. Its outputs are vectors packed in args.layout, whatever the strides.
 struct ReferenceForward {
-  std::vector<double> o;    // same layout as q
+  std::vector<double> o;    // [B, H, Tq, D] packed in args.layout
   std::vector<double> lse;  // [B, H, Tq]; +inf for fully masked rows
 };
 struct ReferenceBackward {
-  std::vector<double> dq, dk, dv;  // same layouts as q, k, v
+  std::vector<double> dq, dk, dv;  // packed in args.layout: [B, H, Tq, D], [B, H_kv, Tk, D] x 2
   std::vector<double> delta;       // [B, H, Tq]
 };
 ReferenceForward reference_forward(const ForwardArgs& args, const AttentionOptions& options);

@@ -3,7 +3,8 @@
 // pointer. In a build without CUDA they exist and throw, so callers need no #ifdefs.
 //
 // Supported on the GPU: head_dim 64 and 128 (the build option STABLEFLASH_CUDA_HEAD_DIMS may
-// compile fewer), `paper` and `fused` numerics, every shift policy, both layouts, any Tq and Tk.
+// compile fewer), `paper` and `fused` numerics, every shift policy, both layouts and strided views
+// whose rows are aligned (check_supported below), any Tq and Tk.
 // Key tiles: the kernels walk keys in sub-tiles of 64; the numerics' key tile (options.tile_k,
 // which `paper` numerics and the published policy's tie detection depend on) must be a multiple of
 // 64. `fused` numerics with a policy that needs no tie count decide the shift per 64-key sub-tile
@@ -25,6 +26,14 @@ bool built();
 bool has_device();
 // Throws std::invalid_argument when the GPU path cannot run this (shape, options) combination.
 void check_supported(const AttentionShape& shape, const AttentionOptions& options);
+// The same for one call: also the required tensors and each tensor's memory, naming the field.
+// Every row (b, h, t) of a tensor must start aligned, i.e. its base and its strides (args.strides,
+// or the packed layout) are multiples of: 16 bytes (8 elements) for q, k, v, and in the backward
+// o, o_residual, do (bulk tensor copies, 16-byte loads); 8 bytes for dq, dk, dv; 4 bytes for the
+// forward's o, o_residual (bulk stores when they are 16-byte aligned too, else element-wise). Strides
+// are non-negative. forward/backward/delta call these first; a caller may call them ahead of time.
+void check_supported(const ForwardArgs& args, const AttentionOptions& options);
+void check_supported(const BackwardArgs& args, const AttentionOptions& options);  // backward and delta
 
 // Device-pointer entry points (asynchronous on options.cuda_stream, except that event counters
 // (ForwardArgs::ties) are copied back synchronously when requested).
@@ -33,7 +42,8 @@ void backward(const BackwardArgs& args, const AttentionOptions& options);
 void delta(const BackwardArgs& args, const AttentionOptions& options, float* delta /*[B, H, Tq], device*/);
 
 // Host-pointer conveniences: copy the host tensors to the GPU, run, copy the outputs back, and
-// synchronize. Used by `stableflash attention --device cuda`, the audit and the GPU tests.
+// synchronize. Used by `stableflash attention --device cuda`, the audit and the GPU tests. They copy
+// packed tensors (args.layout) and refuse args.strides (pass device pointers to forward() instead).
 void forward_from_host(const ForwardArgs& host_args, const AttentionOptions& options);
 void backward_from_host(const BackwardArgs& host_args, const AttentionOptions& options);
 void delta_from_host(const BackwardArgs& host_args, const AttentionOptions& options, float* delta /*host*/);
