@@ -71,8 +71,8 @@ struct Gpt2Cuda::Impl {
   struct Layer {
     DeviceArray<bf16_t> ln1;             // [N, C]
     DeviceArray<float> ln1_mean, ln1_rstd;  // [N]
-    DeviceArray<bf16_t> qkv;             // [3, N, C] q, k, v in [B, T, H, D] each (flash)
-    DeviceArray<float> qkv32, probs;     // [3, N, C], [B, H, T, T] (standard)
+    DeviceArray<bf16_t> qkv;             // [N, 3C] = [B, T, 3, H, D]: q, k, v column blocks (flash)
+    DeviceArray<float> qkv32, probs;     // [N, 3C], [B, H, T, T] (standard)
     DeviceArray<bf16_t> atty;            // [N, C] attention output, heads concatenated
     DeviceArray<bf16_t> o_residual;      // [N, C] delta_source = compensated
     DeviceArray<float> lse;              // [B, H, T] (flash)
@@ -96,13 +96,14 @@ struct Gpt2Cuda::Impl {
   // Backward.
   DeviceArray<float> d_res;                  // [N, C] d loss / d residual stream
   DeviceArray<bf16_t> d_res16;               // [N, C] its BF16 rounding (what a BF16 branch output receives)
-  DeviceArray<float> d_ln;                   // [N, C] d loss / d LayerNorm output
+  DeviceArray<bf16_t> d_ln;                  // [N, C] d loss / d LayerNorm output: a BF16 product's output, as
+                                             // under PyTorch autocast (and the CPU model's emulation of it)
   DeviceArray<bf16_t> d_big;                 // [N, 4C]
   DeviceArray<bf16_t> d_atty;                // [N, C]
-  DeviceArray<bf16_t> d_qkv;                 // [3, N, C]
+  DeviceArray<bf16_t> d_qkv;                 // [N, 3C] dq, dk, dv column blocks
   DeviceArray<float> scratch;                // deterministic reductions
   // Standard attention layers only.
-  DeviceArray<float> o32, d_atty32, d_qkv32, d_probs;
+  DeviceArray<float> o32, d_atty32, d_qkv32, d_probs;  // d_qkv32 [N, 3C]
 
   // Batch staging: two pinned host blocks, so the host fills one while the other's copy is queued.
   DeviceArray<int> batch_dev;
@@ -130,6 +131,12 @@ struct Gpt2Cuda::Impl {
     return o;
   }
   bool is_flash(int l) const { return attention[l].kind == AttentionKind::flash; }
+  // q, k, v (and dq, dk, dv) as column blocks of an [N, 3C] = [B, T, 3, H, D] buffer: token stride
+  // 3C, head stride D.
+  attention::HeadStrides qkv_strides(int seq) const {
+    const std::int64_t C3 = 3 * std::int64_t(config.n_embd);
+    return {.b = seq * C3, .h = config.head_dim(), .t = C3};
+  }
 
   void allocate();
   void stage(std::span<const int> tokens, std::span<const int> targets, int batch, int seq);
@@ -160,7 +167,7 @@ Gpt2Cuda::Gpt2Cuda(const Gpt2Config& config, std::vector<LayerAttention> attenti
     if (m.attention[l].options.numerics == attention::Numerics::reference)
       throw std::invalid_argument("attention.layer." + std::to_string(l) + ".numerics: `reference` is an FP64 oracle, not a training path");
     try {
-      attention::cuda::check_supported({batch, config.n_head, len, len, config.head_dim()}, m.flash_options(l));
+      attention::cuda::check_supported(attention::AttentionShape{batch, config.n_head, len, len, config.head_dim()}, m.flash_options(l));
     } catch (const std::exception& e) {
       throw std::invalid_argument("attention.layer." + std::to_string(l) + " on the GPU: " + e.what());
     }
@@ -241,7 +248,7 @@ void Gpt2Cuda::Impl::allocate() {
   loss_sum.zero(stream);
   d_res = DeviceArray<float>(std::size_t(NC));
   d_res16 = DeviceArray<bf16_t>(std::size_t(NC));
-  d_ln = DeviceArray<float>(std::size_t(NC));
+  d_ln = DeviceArray<bf16_t>(std::size_t(NC));
   d_big = DeviceArray<bf16_t>(std::size_t(4 * NC));
   d_atty = DeviceArray<bf16_t>(std::size_t(NC));
   d_qkv = DeviceArray<bf16_t>(std::size_t(3 * NC));
@@ -369,31 +376,29 @@ void Gpt2Cuda::Impl::forward(int batch, int seq) {
     Layer& L = layers[std::size_t(l)];
     const LayerOffsets& o = offsets[std::size_t(l)];
     const float* x = l == 0 ? x0.get() : layers[std::size_t(l) - 1].res3.get();
-    // q, k, v: three [N, C] = ln1 [N, C] x W_j [C, C] products over column blocks of W_qkv [C, 3C],
-    // so each lands contiguous in [B, T, H, D] as the attention kernels read it.
-    for (int j = 0; j < 3; ++j) {
-      const auto w_j = bf16_matrix(param16(o.qkv_w) + std::int64_t(j) * C, C, C, 3 * C);
+    // qkv [N, 3C] = ln1 [N, C] W_qkv [C, 3C] (+ b) in one product; q, k, v are its column blocks,
+    // which the attention reads through strides (qkv_strides).
+    if (is_flash(l)) {
+      linear(L.qkv.get(), L.ln1.get(), o.qkv_w, o.qkv_b, N, C, 3 * C);
+    } else {
       GemmOptions opt;
-      if (is_flash(l)) {
-        opt.bias = o.qkv_b < 0 ? nullptr : param16(o.qkv_b) + std::int64_t(j) * C;
-        blas->gemm(Tr::no, Tr::no, bf16_matrix(L.ln1.get(), int(N), C), w_j, bf16_matrix(L.qkv.get() + j * NC, int(N), C), opt);
-      } else {
-        opt.bias = o.qkv_b < 0 ? nullptr : param(o.qkv_b) + std::int64_t(j) * C;
-        blas->gemm(Tr::no, Tr::no, bf16_matrix(L.ln1.get(), int(N), C), w_j, f32_matrix(L.qkv32.get() + j * NC, int(N), C), opt);
-      }
+      opt.bias = o.qkv_b < 0 ? nullptr : param(o.qkv_b);
+      blas->gemm(Tr::no, Tr::no, bf16_matrix(L.ln1.get(), int(N), C), bf16_matrix(param16(o.qkv_w), C, 3 * C),
+                 f32_matrix(L.qkv32.get(), int(N), 3 * C), opt);
     }
     if (is_flash(l)) {
       attention::ForwardArgs a;
       a.shape = {batch, H, seq, seq, D};
       a.layout = attention::Layout::bthd;
       a.q = reinterpret_cast<const bf16*>(L.qkv.get());
-      a.k = a.q + NC, a.v = a.q + 2 * NC;
+      a.k = a.q + C, a.v = a.q + 2 * C;
+      a.strides.q = a.strides.k = a.strides.v = qkv_strides(seq);
       a.o = reinterpret_cast<bf16*>(L.atty.get());
       a.lse = L.lse.get();
       a.o_residual = L.o_residual.empty() ? nullptr : reinterpret_cast<bf16*>(L.o_residual.get());
       attention::attention_forward(a, flash_options(l));
     } else {
-      cuda::standard_attention_forward(*blas, {batch, H, seq, D}, L.qkv32.get(), L.qkv32.get() + NC, L.qkv32.get() + 2 * NC,
+      cuda::standard_attention_forward(*blas, {batch, H, seq, D, 3 * C}, L.qkv32.get(), L.qkv32.get() + C, L.qkv32.get() + 2 * C,
                                        L.probs.get(), o32.get());
       cuda::cast_to_bf16(L.atty.get(), o32.get(), NC, stream);
     }
@@ -436,7 +441,7 @@ void Gpt2Cuda::Impl::classifier(int batch, int seq, float loss_scale, bool backw
     blas->gemm(Tr::no, Tr::yes, x, bf16_matrix(param16(wte), Vp, C), logit);
     cuda::softmax_cross_entropy(logits.get(), losses.get() + r0, targets + r0, rows, Vp, backward ? loss_scale / float(N) : 0.0f, stream);
     if (!backward) continue;
-    blas->gemm(Tr::no, Tr::no, logit, bf16_matrix(param16(wte), Vp, C), f32_matrix(d_ln.get() + r0 * C, rows, C));
+    blas->gemm(Tr::no, Tr::no, logit, bf16_matrix(param16(wte), Vp, C), bf16_matrix(d_ln.get() + r0 * C, rows, C));
     blas->gemm(Tr::yes, Tr::no, logit, x, f32_matrix(grad(wte), Vp, C), accumulate);
   }
   cuda::sum_scaled(loss_sum.get(), losses.get(), N, 1.0f / float(N), /*accumulate=*/true, stream);
@@ -463,7 +468,7 @@ void Gpt2Cuda::Impl::backward(int batch, int seq) {
     through_gelu.epilogue = cuda::Epilogue::dgelu;
     through_gelu.aux = L.fch.get();
     linear_backward(nullptr, d_big.get(), d_res16.get(), L.gelu.get(), o.fcproj_w, o.fcproj_b, N, 4 * C, C, through_gelu);
-    linear_backward(d_ln.get(), nullptr, d_big.get(), L.ln2.get(), o.fc_w, o.fc_b, N, C, 4 * C);
+    linear_backward(nullptr, d_ln.get(), d_big.get(), L.ln2.get(), o.fc_w, o.fc_b, N, C, 4 * C);
     cuda::layernorm_backward(d_res.get(), d_res16.get(), grad(o.ln2_w), grad(o.ln2_b), d_ln.get(), L.res2.get(), param(o.ln2_w),
                              L.ln2_mean.get(), L.ln2_rstd.get(), int(N), C, scratch.get(), stream);
     // Attention: res2 = x + attn(ln1 W_qkv) W_proj
@@ -473,34 +478,24 @@ void Gpt2Cuda::Impl::backward(int batch, int seq) {
       a.shape = {batch, H, seq, seq, D};
       a.layout = attention::Layout::bthd;
       a.q = reinterpret_cast<const bf16*>(L.qkv.get());
-      a.k = a.q + NC, a.v = a.q + 2 * NC;
+      a.k = a.q + C, a.v = a.q + 2 * C;
       a.o = reinterpret_cast<const bf16*>(L.atty.get());
       a.lse = L.lse.get();
       a.o_residual = L.o_residual.empty() ? nullptr : reinterpret_cast<const bf16*>(L.o_residual.get());
       a.d_o = reinterpret_cast<const bf16*>(d_atty.get());
       a.dq = reinterpret_cast<bf16*>(d_qkv.get());
-      a.dk = a.dq + NC, a.dv = a.dq + 2 * NC;
+      a.dk = a.dq + C, a.dv = a.dq + 2 * C;
+      a.strides.q = a.strides.k = a.strides.v = a.strides.dq = a.strides.dk = a.strides.dv = qkv_strides(seq);
       attention::attention_backward(a, flash_options(l));
     } else {
       linear_backward(d_atty32.get(), nullptr, d_res16.get(), L.atty.get(), o.proj_w, o.proj_b, N, C, C);
       const float* q = L.qkv32.get();
-      cuda::standard_attention_backward(*blas, {batch, H, seq, D}, q, q + NC, q + 2 * NC, L.probs.get(), d_atty32.get(), d_probs.get(),
-                                        d_qkv32.get(), d_qkv32.get() + NC, d_qkv32.get() + 2 * NC);
+      cuda::standard_attention_backward(*blas, {batch, H, seq, D, 3 * C}, q, q + C, q + 2 * C, L.probs.get(), d_atty32.get(),
+                                        d_probs.get(), d_qkv32.get(), d_qkv32.get() + C, d_qkv32.get() + 2 * C);
       cuda::cast_to_bf16(d_qkv.get(), d_qkv32.get(), 3 * NC, stream);
     }
-    // W_qkv's three column blocks: dW_j += ln1^T dX_j, d ln1 = sum_j dX_j W_j^T (FP32).
-    GemmOptions accumulate;
-    accumulate.beta = 1.0f;
-    for (int j = 0; j < 3; ++j) {
-      const auto dx_j = bf16_matrix(d_qkv.get() + j * NC, int(N), C);
-      blas->gemm(Tr::yes, Tr::no, bf16_matrix(L.ln1.get(), int(N), C), dx_j, f32_matrix(grad(o.qkv_w) + std::int64_t(j) * C, C, C, 3 * C),
-                 accumulate);
-      if (o.qkv_b >= 0) cuda::bias_backward(grad(o.qkv_b) + std::int64_t(j) * C, d_qkv.get() + j * NC, int(N), C, scratch.get(), stream);
-      GemmOptions sum;
-      sum.beta = j == 0 ? 0.0f : 1.0f;
-      blas->gemm(Tr::no, Tr::yes, dx_j, bf16_matrix(param16(o.qkv_w) + std::int64_t(j) * C, C, C, 3 * C), f32_matrix(d_ln.get(), int(N), C),
-                 sum);
-    }
+    // dW_qkv += ln1^T d_qkv, d ln1 = d_qkv W_qkv^T: one product each over the [N, 3C] gradient.
+    linear_backward(nullptr, d_ln.get(), d_qkv.get(), L.ln1.get(), o.qkv_w, o.qkv_b, N, C, 3 * C);
     cuda::layernorm_backward(d_res.get(), l == 0 ? nullptr : d_res16.get(), grad(o.ln1_w), grad(o.ln1_b), d_ln.get(), x,
                              param(o.ln1_w), L.ln1_mean.get(), L.ln1_rstd.get(), int(N), C, scratch.get(), stream);
     const std::int64_t end = l + 1 == config.n_layer ? lnf_w : offsets[std::size_t(l) + 1].ln1_w;

@@ -151,7 +151,7 @@ __global__ void layernorm_forward_kernel(bf16_t* ln_out, float* mean, float* rst
 // (C > 1024): a warp per row, the two row means first, then the update; the weight and bias sums
 // then take a second pass (column_partials_kernel with LayerNormParamTerms).
 template <int W>
-__global__ void layernorm_backward_dx_kernel(float* dx, bf16_t* dx_bf16, const float* d_ln, const float* x,
+__global__ void layernorm_backward_dx_kernel(float* dx, bf16_t* dx_bf16, const bf16_t* d_ln, const float* x,
                                              const float* weight, const float* mean, const float* rstd, int N, int C) {
   const int lane = threadIdx.x;
   const std::int64_t n = std::int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
@@ -201,7 +201,7 @@ __global__ void layernorm_backward_dx_kernel(float* dx, bf16_t* dx_bf16, const f
 // column_partials_kernel; column_finish_kernel adds the partitions. Every order is fixed.
 template <int W, int kChunks>
 __global__ void __launch_bounds__(32 * kLnWarps)
-    layernorm_backward_kernel(float* dx, bf16_t* dx_bf16, float* partial, const float* d_ln, const float* x,
+    layernorm_backward_kernel(float* dx, bf16_t* dx_bf16, float* partial, const bf16_t* d_ln, const float* x,
                               const float* weight, const float* mean, const float* rstd, int N, int C, int parts) {
   constexpr int E = W * kChunks;
   constexpr int kChunkCols = 32 * W;
@@ -301,14 +301,14 @@ __global__ void __launch_bounds__(32 * kLnWarps)
 
 // d_ln * norm and d_ln: the LayerNorm weight and bias gradients (two-kernel path, C > 1024).
 struct LayerNormParamTerms {
-  const float* d_ln;
+  const bf16_t* d_ln;
   const float* x;
   const float* mean;
   const float* rstd;
   int C;
   __device__ void operator()(std::int64_t n, int c, float (&t)[2]) const {
     const std::int64_t i = n * C + c;
-    const float g = d_ln[i];
+    const float g = __bfloat162float(d_ln[i]);
     t[0] = (x[i] - mean[n]) * rstd[n] * g;
     t[1] = g;
   }
@@ -395,7 +395,7 @@ void sum_over_rows(float* out0, float* out1, Term term, int N, int C, float* scr
 // layernorm_backward_kernel<W, kChunks> with the fewest chunks that cover C (kChunks from the
 // instantiated list), then the partition sums; false when C is too wide for every instance.
 template <int W, int kChunks, int... kMore>
-bool launch_layernorm_backward(float* dx, bf16_t* dx_bf16, float* dweight, float* dbias, const float* d_ln,
+bool launch_layernorm_backward(float* dx, bf16_t* dx_bf16, float* dweight, float* dbias, const bf16_t* d_ln,
                                const float* x, const float* weight, const float* mean, const float* rstd, int N, int C,
                                float* scratch, cudaStream_t stream) {
   if (C > kChunks * 32 * W) {
@@ -499,7 +499,7 @@ std::int64_t reduction_scratch_floats(int N, int C) {
   return 2 * std::int64_t(reduction_parts(std::max(N, 1))) * std::max(C, 1);
 }
 
-void layernorm_backward(float* dx, bf16_t* dx_bf16, float* dweight, float* dbias, const float* d_ln, const float* x,
+void layernorm_backward(float* dx, bf16_t* dx_bf16, float* dweight, float* dbias, const bf16_t* d_ln, const float* x,
                         const float* weight, const float* mean, const float* rstd, int N, int C, float* scratch,
                         cudaStream_t stream) {
   if (N == 0 || C == 0) return;

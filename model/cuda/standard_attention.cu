@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 
 #include "stableflash/model/cuda/device_array.hpp"
 
@@ -83,18 +84,23 @@ __global__ void causal_softmax_backward_kernel(const float* probs, float* dp, st
 void check_shape(const StandardAttentionShape& s) {
   if (s.batch < 1 || s.heads < 1 || s.len < 1 || s.head_dim < 1)
     throw std::invalid_argument("standard attention (cuda): batch, heads, len and head_dim must be >= 1");
+  if (s.qkv_token_stride != 0 && s.qkv_token_stride < std::int64_t(s.heads) * s.head_dim)
+    throw std::invalid_argument("standard attention (cuda): qkv_token_stride " + std::to_string(s.qkv_token_stride) +
+                                " < heads * head_dim = " + std::to_string(std::int64_t(s.heads) * s.head_dim));
 }
 
 // The views of one batch entry b, every head at once (batch = H in the GEMM options).
 struct HeadViews {
   const StandardAttentionShape& s;
 
-  std::int64_t token_stride() const { return std::int64_t(s.heads) * s.head_dim; }
-  // [T, D] per head of a [B, T, H, D] tensor.
-  MatrixView tokens(const float* base, int b) const {
-    return f32_matrix(base + std::int64_t(b) * s.len * token_stride(), s.len, s.head_dim, token_stride(),
-                      /*batch_stride=*/s.head_dim);
+  std::int64_t packed_stride() const { return std::int64_t(s.heads) * s.head_dim; }
+  std::int64_t qkv_stride() const { return s.qkv_token_stride ? s.qkv_token_stride : packed_stride(); }
+  // [T, D] per head of a [B, T, H, D] tensor whose tokens are `stride` elements apart.
+  MatrixView tokens(const float* base, int b, std::int64_t stride) const {
+    return f32_matrix(base + std::int64_t(b) * s.len * stride, s.len, s.head_dim, stride, /*batch_stride=*/s.head_dim);
   }
+  MatrixView qkv(const float* base, int b) const { return tokens(base, b, qkv_stride()); }  // q, k, v, dq, dk, dv
+  MatrixView out(const float* base, int b) const { return tokens(base, b, packed_stride()); }  // o, d_o
   // [T, T] per head of a [B, H, T, T] tensor.
   MatrixView scores(const float* base, int b) const {
     const std::int64_t square = std::int64_t(s.len) * s.len;
@@ -122,7 +128,7 @@ void standard_attention_forward(Blas& blas, const StandardAttentionShape& shape,
 
   // S = scale * Q K^T: [T, D] x [D, T] -> [T, T] per head.
   for (int b = 0; b < shape.batch; ++b)
-    blas.gemm(Trans::no, Trans::yes, views.tokens(q, b), views.tokens(k, b), views.scores(probs, b), scores_opts);
+    blas.gemm(Trans::no, Trans::yes, views.qkv(q, b), views.qkv(k, b), views.scores(probs, b), scores_opts);
 
   const std::int64_t rows = std::int64_t(shape.batch) * shape.heads * shape.len;
   causal_softmax_kernel<<<row_grid(shape), kRowsPerBlock * kWarp, 0, blas.stream()>>>(probs, rows, shape.len);
@@ -130,7 +136,7 @@ void standard_attention_forward(Blas& blas, const StandardAttentionShape& shape,
 
   // O = P V: [T, T] x [T, D] -> [T, D] per head.
   for (int b = 0; b < shape.batch; ++b)
-    blas.gemm(Trans::no, Trans::no, views.scores(probs, b), views.tokens(v, b), views.tokens(o, b), plain);
+    blas.gemm(Trans::no, Trans::no, views.scores(probs, b), views.qkv(v, b), views.out(o, b), plain);
 }
 
 void standard_attention_backward(Blas& blas, const StandardAttentionShape& shape, const float* q, const float* k,
@@ -142,9 +148,9 @@ void standard_attention_backward(Blas& blas, const StandardAttentionShape& shape
 
   for (int b = 0; b < shape.batch; ++b) {
     // dV = P^T dO: [T, T]^T x [T, D] -> [T, D].
-    blas.gemm(Trans::yes, Trans::no, views.scores(probs, b), views.tokens(d_o, b), views.tokens(dv, b), plain);
+    blas.gemm(Trans::yes, Trans::no, views.scores(probs, b), views.out(d_o, b), views.qkv(dv, b), plain);
     // dP = dO V^T: [T, D] x [D, T] -> [T, T].
-    blas.gemm(Trans::no, Trans::yes, views.tokens(d_o, b), views.tokens(v, b), views.scores(d_probs, b), plain);
+    blas.gemm(Trans::no, Trans::yes, views.out(d_o, b), views.qkv(v, b), views.scores(d_probs, b), plain);
   }
 
   const std::int64_t rows = std::int64_t(shape.batch) * shape.heads * shape.len;
@@ -154,9 +160,9 @@ void standard_attention_backward(Blas& blas, const StandardAttentionShape& shape
 
   for (int b = 0; b < shape.batch; ++b) {
     // dQ = dS K: [T, T] x [T, D] -> [T, D].
-    blas.gemm(Trans::no, Trans::no, views.scores(d_probs, b), views.tokens(k, b), views.tokens(dq, b), plain);
+    blas.gemm(Trans::no, Trans::no, views.scores(d_probs, b), views.qkv(k, b), views.qkv(dq, b), plain);
     // dK = dS^T Q: [T, T]^T x [T, D] -> [T, D].
-    blas.gemm(Trans::yes, Trans::no, views.scores(d_probs, b), views.tokens(q, b), views.tokens(dk, b), plain);
+    blas.gemm(Trans::yes, Trans::no, views.scores(d_probs, b), views.qkv(q, b), views.qkv(dk, b), plain);
   }
 }
 

@@ -318,7 +318,7 @@ TEST(LayerNormGpu, BackwardMatchesCpuAndIsDeterministic) {
     SplitMix64 rng(31, variant);
     const std::size_t NC = std::size_t(N) * C;
     const auto x = normal_f32(rng, NC, 1.3, -0.4);
-    const auto g = normal_f32(rng, NC, 0.5);
+    const auto g = normal_bf16(rng, NC, 0.5);  // d_ln: a BF16 product's output
     const auto w = normal_f32(rng, C, 0.1, 1.0);
     const auto dx0 = normal_f32(rng, NC, 0.3);  // nonzero: dx, dweight, dbias accumulate
     const auto dw0 = normal_f32(rng, C, 0.3);
@@ -331,13 +331,13 @@ TEST(LayerNormGpu, BackwardMatchesCpuAndIsDeterministic) {
       layers::layernorm_forward<double>(tmp.data(), m64.data(), s64.data(), x64.data(), ones.data(), nullptr, N, C, 1e-5);
       for (int n = 0; n < N; ++n) mean[n] = float(m64[n]), rstd[n] = float(s64[n]);
     }
-    Buf<float> d_x(x), d_g(g), d_w(w), d_mean(mean), d_rstd(rstd), d_dx(dx0), d_dw(dw0), d_db(db0);
-    Buf<bf16> d_dx16(NC);
+    Buf<float> d_x(x), d_w(w), d_mean(mean), d_rstd(rstd), d_dx(dx0), d_dw(dw0), d_db(db0);
+    Buf<bf16> d_g(g), d_dx16(NC);
     Buf<float> scratch(std::size_t(mc::reduction_scratch_floats(N, C)));  // exactly the promised size: guards catch overruns
     auto run = [&] {
       d_dx.upload(dx0), d_dw.upload(dw0), d_db.upload(db0);
       mc::layernorm_backward(d_dx.get(), with_bf16 ? dev(d_dx16) : nullptr, d_dw.get(), with_dbias ? d_db.get() : nullptr,
-                             d_g.get(), d_x.get(), d_w.get(), d_mean.get(), d_rstd.get(), N, C, scratch.get(), nullptr);
+                             dev(d_g), d_x.get(), d_w.get(), d_mean.get(), d_rstd.get(), N, C, scratch.get(), nullptr);
       return std::tuple{d_dx.download(), d_dw.download(), d_db.download(), d_dx16.download()};
     };
     const auto [dx1, dw1, db1, dx16_1] = run();

@@ -42,13 +42,13 @@ void layernorm_forward(bf16_t* ln_out, float* mean, float* rstd, float* residual
 // per-block partial sums.
 std::int64_t reduction_scratch_floats(int N, int C);
 
-// LayerNorm backward, x the FP32 input of the forward (r above), d_ln [N, C] FP32 the gradient of
-// its output:
+// LayerNorm backward, x the FP32 input of the forward (r above), d_ln [N, C] the gradient of its
+// output (BF16: the output of the BF16 product that read the LayerNorm's output, as under autocast):
 //   dx += (weight * d_ln - mean(weight * d_ln) - norm * mean(weight * d_ln * norm)) * rstd
 //   dweight[c] += sum_n d_ln[n, c] * norm[n, c];  dbias[c] += sum_n d_ln[n, c]  (dbias may be null)
 // with norm = (x - mean) * rstd. When dx_bf16 != nullptr it also receives BF16(dx) after the
 // accumulation (the gradient entering the BF16 output of the matmul before this residual branch).
-void layernorm_backward(float* dx, bf16_t* dx_bf16, float* dweight, float* dbias, const float* d_ln, const float* x,
+void layernorm_backward(float* dx, bf16_t* dx_bf16, float* dweight, float* dbias, const bf16_t* d_ln, const float* x,
                         const float* weight, const float* mean, const float* rstd, int N, int C, float* scratch,
                         cudaStream_t stream);
 

@@ -3,9 +3,12 @@
 // Products are FP32 cuBLASLt GEMMs (FP32 accumulation, no TF32), the softmax and its backward are
 // FP32 kernels (model/cuda/standard_attention.cu). Causal, scale 1/sqrt(D).
 //
-// q, k, v, o, d_o, dq, dk, dv are [B, T, H, D] FP32 (contiguous, head_dim fastest); probs and
-// d_probs are [B, H, T, T] FP32 (entries above the diagonal are written as 0).
+// o and d_o are [B, T, H, D] FP32 (contiguous, head_dim fastest); q, k, v, dq, dk, dv the same with
+// a token stride of their own (qkv_token_stride: 3 H D for the column blocks of one [B, T, 3, H, D]
+// product); probs and d_probs are [B, H, T, T] FP32 (entries above the diagonal are written as 0).
 #pragma once
+
+#include <cstdint>
 
 #include "stableflash/model/cuda/blas.hpp"
 
@@ -13,6 +16,7 @@ namespace stableflash::model::cuda {
 
 struct StandardAttentionShape {
   int batch = 1, heads = 1, len = 1, head_dim = 1;
+  std::int64_t qkv_token_stride = 0;  // elements between tokens of q, k, v, dq, dk, dv; 0: heads * head_dim
 };
 
 // probs = softmax(q k^T / sqrt(D) + causal mask), o = probs v.
