@@ -124,7 +124,7 @@ sf_options* sf_options_create(const char* const* keys, const char* const* values
     if (n < 0 || (n > 0 && (!keys || !values))) throw std::invalid_argument("options: n < 0 or NULL keys/values");
     for (int i = 0; i < n; ++i) {
       if (!keys[i] || !values[i]) throw std::invalid_argument("options: key or value " + std::to_string(i) + " is NULL");
-      sa::set_option(o->options, keys[i], values[i], "stableflash option");
+      sa::set_option(o->options, keys[i], values[i], "stableflash attention option");
     }
     out = o.release();
   });

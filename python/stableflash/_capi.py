@@ -90,7 +90,7 @@ class Options:
         self._lib = lib()
         self.handle = self._lib.sf_options_create(keys, values, n, buf, len(buf))
         if not self.handle:
-            raise ValueError(f"stableflash options: {buf.value.decode('utf-8', 'replace')}")
+            raise ValueError(buf.value.decode('utf-8', 'replace'))  # names the setting and its source
         self.needs_residual = bool(self._lib.sf_options_needs_residual(self.handle))
 
     def __del__(self):
