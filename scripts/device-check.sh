@@ -27,6 +27,11 @@ BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
 PEERS=${STABLEFLASH_PEERS:-.peers}
 
 if [ "${1:-}" = "pack" ]; then
+  # The peer script is what every comparison on the GPU machine runs (benchmarks, values, the
+  # trainer's peer, the audit of PyTorch): a pack without it is no pack.
+  peers_src=${STABLEFLASH_PEERS_SRC:-../shared/peers}
+  [ -f "$peers_src/torch_peers.py" ] ||
+    { echo "pack: $peers_src/torch_peers.py is missing (the PyTorch peer script; STABLEFLASH_PEERS_SRC names its folder)" >&2; exit 1; }
   mkdir -p "$BIN" "$PEERS"
   bins="build-cuda/stableflash build-cuda/tests/attention_gpu/attention_gpu_tests build-cuda/tests/model_gpu/model_gpu_tests
         build-cuda/tests/optim_gpu/optim_gpu_tests build-cuda/tests/train_gpu/train_gpu_tests"
@@ -40,7 +45,7 @@ if [ "${1:-}" = "pack" ]; then
       grep -vE '/lib(cublas|cublasLt|nccl)\.so' |  # hundreds of MB; the GPU image has its own (CUDA 13)
       while read -r lib; do cp -L "$lib" "$BIN"/; done
   done
-  cp ../shared/peers/*.py "$PEERS"/
+  cp "$peers_src"/*.py "$PEERS"/ || { echo "pack: cannot copy the peer scripts to $PEERS" >&2; exit 1; }
   # the Python wheel travels in the same archive (scripts/build-wheel.sh builds it)
   rm -f "$BIN"/stableflash-*.whl
   if ls build-cuda/wheel/stableflash-*.whl >/dev/null 2>&1; then

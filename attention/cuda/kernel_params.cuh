@@ -132,7 +132,7 @@ struct WgmmaForwardTraits {
   // Keys per step of the fused fast path (forward_pipelined_walk): 128 at D = 64 halves the
   // per-step costs (barriers, row maxima, the shift choice) and feeds the tensor cores
   // m64n128 products; D = 128 keeps 64 so that two CTAs fit an SM. The shift m is then chosen
-  // per such step (numerics.md lets fused kernels pick their tiling).
+  // per such step (docs/numerics-contract.md lets fused kernels pick their tiling).
   static constexpr int kFastBlockK = (!kPaper && kHeadDim == 64) ? SF_FORWARD_FAST_BLOCK_K_HD64 : 64;
   static constexpr int kKeyTiles = kBlockK / 8;
   static constexpr int kDimTiles = kHeadDim / 8;

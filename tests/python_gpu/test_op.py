@@ -5,7 +5,7 @@ the kernels; errors that name the argument; the caller's stream without synchron
 
     PYTHONPATH=<wheel install dir> python3 tests/python_gpu/test_op.py [NAME_SUBSTRING ...]
 
-The bound (FlashAttention's tests, architecture.md): max|ours - ref| <= 2 max|peer - ref| + ulp,
+The bound (FlashAttention's tests, docs/architecture.md): max|ours - ref| <= 2 max|peer - ref| + ulp,
 ref = SDPA in FP64 on the same BF16 input values, peer = SDPA's own BF16 result (the flash backend,
 FlashAttention-2; memory-efficient where flash cannot take the mask), ulp = one BF16 ulp at
 max|ref|. Why these terms: a fused BF16 kernel's error is dominated by rounding P and O to BF16,
