@@ -189,7 +189,7 @@ def paper_numerics_match_the_cpu_oracle():
     q, k, v, d_o = (torch.randint(-4, 5, (1, 2, 256, 64), generator=g).to(torch.bfloat16) / 4 for _ in range(4))
     res = {}
     for dev in ("cpu", DEV):
-        xs = [x.to(dev).requires_grad_() for x in (q, k, v)]
+        xs = [x.to(dev).detach().requires_grad_() for x in (q, k, v)]  # fresh leaves on each device
         o = attention(*xs, causal=True, numerics="paper", policy="paper", delta_source="rounded")
         res[dev] = [o.detach().cpu()] + [x.cpu() for x in torch.autograd.grad(o, xs, d_o.to(dev))]
     for name, c, gpu in zip(("o", "dq", "dk", "dv"), res["cpu"], res[DEV]):
