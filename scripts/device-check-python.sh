@@ -4,14 +4,32 @@
 # the op's GPU tests, its cost over the C++ entry point, the nanoGPT-style training against SDPA and
 # the bias audit of SDPA's backends and the op, ending with a table. Logs in $OUT/python-*.
 #
-#   scripts/device-check-python.sh [DEVBIN] [OUT] [--quick]      # defaults build-cuda/devbin, /tmp/stableflash-device
+#   scripts/device-check-python.sh [DEVBIN] [OUT] [--quick] [--skip-audit | --audit-only]
+#        defaults build-cuda/devbin, /tmp/stableflash-device; the whole part takes roughly 10 minutes on
+#        an H200, so a caller with a per-command limit can run it in two halves with the last two flags
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build-cuda/devbin}
 OUT=${2:-/tmp/stableflash-device}
-quick=0
-[ "${3:-}" = "--quick" ] && quick=1
+quick=0 main=1 audit=1
+for a in "${@:3}"; do
+  case "$a" in
+    --quick) quick=1 ;;
+    --skip-audit) audit=0 ;;
+    --audit-only) main=0 ;;
+    *) echo "unknown argument: $a" >&2; exit 2 ;;
+  esac
+done
 mkdir -p "$OUT"
+if [ ! -d "$BIN" ] && [ -f "$BIN.tar.xz" ]; then  # as scripts/device-check.sh does, for a run of this part alone
+  mkdir -p "$BIN" && tar -C "$BIN" -xJf "$BIN.tar.xz" || { echo "cannot unpack $BIN.tar.xz" >&2; exit 2; }
+fi
+# the C++ program (its benchmark, the audit) needs the devbin's libraries and the image's cuBLASLt;
+# device-check.sh has set this already, a run alone sets it here
+if [[ ":${LD_LIBRARY_PATH:-}:" != *":$PWD/$BIN:"* ]]; then
+  image_libs=$(python3 -c 'import nvidia, os; r = os.path.dirname(nvidia.__path__[0]); print(":".join(os.path.join(r, "nvidia", d, "lib") for d in ("cublas", "nccl", "cu13")))' 2>/dev/null)
+  export LD_LIBRARY_PATH="$PWD/$BIN:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 export SF_BIN=${SF_BIN:-$PWD/$BIN} SF_PEERS=${SF_PEERS:-$PWD/.peers}
 step() { echo; echo "=== $* ($(date +%T))"; }
 rows=()
@@ -52,14 +70,18 @@ part() {
   rows+=("| $name | $([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)") | ${summary:-see $log} | $((SECONDS - t0)) |")
 }
 
-part "op tests (opcheck, values vs SDPA FP64, layouts, stream)" op-tests "passed, .* failed" 900 \
-  python3 tests/python_gpu/test_op.py
-part "torch.compile (fullgraph)" compile "passed, .* failed" 600 python3 tests/python_gpu/test_compile.py
-part "op cost over the C++ entry point" bench "largest op" 600 python3 tests/python_gpu/bench_op.py --json "$OUT/python-bench.jsonl"
-steps=300
-[ $quick = 1 ] && steps=150
-part "nanoGPT-style training, op vs SDPA ($steps steps)" train "reaches SDPA" 900 python3 python/examples/train_gpt.py --steps $steps
-part "bias audit: SDPA backends and the op (table in python-audit/table.txt)" audit "^$" 900 env OUT="$OUT/python-audit" scripts/audit-torch-peers.sh
+if [ $main = 1 ]; then
+  part "op tests (opcheck, values vs SDPA FP64, layouts, stream)" op-tests "passed, .* failed" 900 \
+    python3 tests/python_gpu/test_op.py
+  part "torch.compile (fullgraph)" compile "passed, .* failed" 600 python3 tests/python_gpu/test_compile.py
+  part "op cost over the C++ entry point" bench "largest op" 600 python3 tests/python_gpu/bench_op.py --json "$OUT/python-bench.jsonl"
+  steps=300
+  [ $quick = 1 ] && steps=150
+  part "nanoGPT-style training, op vs SDPA ($steps steps)" train "reaches SDPA" 900 python3 python/examples/train_gpt.py --steps $steps
+fi
+if [ $audit = 1 ]; then
+  part "bias audit: SDPA backends and the op (table in python-audit/table.txt)" audit "^$" 900 env OUT="$OUT/python-audit" scripts/audit-torch-peers.sh
+fi
 
 step "python: summary"
 {
