@@ -1,4 +1,4 @@
-// CPU attention backward in `paper` and `fused` numerics (numerics.md), and the delta it uses.
+// CPU attention backward in `paper` and `fused` numerics (docs/numerics-contract.md), and the delta it uses.
 // Per head: every query row recomputes its scores and P = exp(S - lse), takes delta from the
 // configured source, and materializes BF16(P) and BF16(dS) (the operands of the gradient
 // products); dQ is then summed per query row and dK, dV per key, each in an emulated FP32

@@ -12,7 +12,7 @@ namespace stableflash::attention::detail {
 // An FP32 accumulator as good as one can be: the CPU sums exactly (FP64 holds products of BF16
 // values exactly and their sums to far below FP32's precision) and rounds once to FP32. Tensor
 // cores may differ in the last FP32 bits; the BF16 rounding that follows hides that except at
-// midpoints (numerics.md allows the accumulation order to differ).
+// midpoints (docs/numerics-contract.md allows the accumulation order to differ).
 struct Fp32Accumulator {
   double sum = 0.0;
   void add(double x) { sum += x; }

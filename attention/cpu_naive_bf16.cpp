@@ -1,6 +1,6 @@
 // A naive BF16 attention (materialized softmax), as an unfused framework computes it under BF16:
 // the honest low-precision baseline. Tests bound the flash modes' error by twice this
-// implementation's error plus one BF16 rounding step (architecture.md, FlashAttention's habit).
+// implementation's error plus one BF16 rounding step (docs/architecture.md, FlashAttention's habit).
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -1,4 +1,4 @@
-// The FP64 `reference` numerics (numerics.md): exact softmax attention from the input values,
+// The FP64 `reference` numerics (docs/numerics-contract.md): exact softmax attention from the input values,
 // forward and backward. The oracle every error measurement compares against. The scale used is
 // the FP32 value the other modes use, taken exactly.
 #include <algorithm>

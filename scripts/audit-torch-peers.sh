@@ -13,7 +13,9 @@
 #   OUT         where the export, the outputs, the table and the JSON go (default /tmp/stableflash-audit-peers)
 #   BACKENDS    SDPA backends (default "flash cudnn efficient")
 #   FAIL_ABOVE  optional: exit 3 when any |bias| exceeds it (stableflash audit --fail-above)
-# The stableflash op (python package of issue 14) is audited too when `import stableflash.torch` works.
+# The stableflash op (python/, docs/python.md) is audited too when `import stableflash.torch` works
+# (scripts/device-check.sh --python puts the installed wheel on PYTHONPATH): with its default
+# policy (hashed_offset) and with the standard shift that SDPA's backends use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${SF_BIN:-}" ]; then
@@ -37,7 +39,7 @@ echo "=== export ($*)"
 
 # Outputs of one implementation in the import layout: EXPORT/NAME/<case>.safetensors with o [1, H, T, D].
 # A backend that refuses a shape leaves that case's file missing; the import then names it.
-run_python() {  # run_python NAME BACKEND|op
+run_python() {  # run_python NAME BACKEND|op:POLICY
   python3 - "$SF_PEERS" "$OUT/export" "$1" "$2" <<'EOF'
 import argparse, json, os, sys
 peers, export, name, backend = sys.argv[1:5]
@@ -51,12 +53,13 @@ for c in m["cases"]:
     inp = os.path.join(export, c["inputs"])
     out = os.path.join(export, name, c["id"] + ".safetensors")
     try:
-        if backend == "op":  # the stableflash op, as a user calls it in place of SDPA
+        if backend.startswith("op:"):  # the stableflash op, as a user calls it in place of SDPA
             import torch
             from safetensors.torch import load_file, save_file
             import stableflash.torch as sft
             t = load_file(inp, device="cuda")
-            o = sft.attention(t["q"], t["k"], t["v"], causal=a["causal"], scale=a["scale"], layout="bhtd")
+            o = sft.attention(t["q"], t["k"], t["v"], causal=a["causal"], scale=a["scale"], layout="bhtd",
+                              policy=backend[3:])
             save_file({"o": o.contiguous().cpu()}, out)
         else:
             import torch_peers
@@ -76,8 +79,16 @@ for b in $BACKENDS; do
   if run_python "sdpa-$b" "$b" > "$OUT/sdpa-$b.log"; then names+=("sdpa-$b"); else echo "sdpa-$b: some cases failed (see above); left out of the table" >&2; fi
 done
 if python3 -c "import stableflash.torch" 2>/dev/null; then
-  echo "=== stableflash op"
-  if run_python stableflash-op op > "$OUT/stableflash-op.log"; then names+=(stableflash-op); fi
+  for policy in hashed_offset standard; do
+    echo "=== stableflash op, policy $policy"
+    if run_python "stableflash-op-$policy" "op:$policy" > "$OUT/stableflash-op-$policy.log"; then
+      names+=("stableflash-op-$policy")
+    else
+      echo "stableflash-op-$policy: some cases failed (see above); left out of the table" >&2
+    fi
+  done
+else
+  echo "=== stableflash op: not audited (import stableflash.torch failed; install the wheel, docs/python.md)" >&2
 fi
 [ ${#names[@]} -gt 0 ] || { echo "no implementation produced outputs" >&2; exit 1; }
 

@@ -8,7 +8,12 @@
 #                                                     # (and build-cuda/devbin.tar.xz, what travels) and
 #                                                     # the peer scripts to .peers
 #   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-audit] [--skip-peer-values] [--skip-bench]
-#                                              [--skip-train] [--train-only] [--skip-dist] [--dist-only]
+#                                              [--skip-train] [--train-only] [--skip-dist] [--dist-only] [--skip-python] [--python]
+# The Python part (--python: only it): installs the wheel (scripts/build-wheel.sh; pack copies it into
+# the devbin) with pip --no-index into a temporary --target folder, then runs tests/python_gpu (opcheck,
+# values against SDPA in FP64, torch.compile), the op's cost over the C++ entry point, the nanoGPT-style
+# training against SDPA (python/examples/train_gpt.py) and the bias audit of SDPA's backends and the op
+# (scripts/audit-torch-peers.sh), ending with a table.
 # With two GPUs or more it also checks data-parallel training (--gpus 2 and torchrun against one GPU
 # and the CPU, a killed and a stopped rank, resuming on another world size) and times two GPUs.
 # The trainer part: the model, optimizer and trainer GPU tests, then `stableflash bench train` beside
@@ -22,6 +27,11 @@ BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
 PEERS=${STABLEFLASH_PEERS:-.peers}
 
 if [ "${1:-}" = "pack" ]; then
+  # The peer script is what every comparison on the GPU machine runs (benchmarks, values, the
+  # trainer's peer, the audit of PyTorch): a pack without it is no pack.
+  peers_src=${STABLEFLASH_PEERS_SRC:-../shared/peers}
+  [ -f "$peers_src/torch_peers.py" ] ||
+    { echo "pack: $peers_src/torch_peers.py is missing (the PyTorch peer script; STABLEFLASH_PEERS_SRC names its folder)" >&2; exit 1; }
   mkdir -p "$BIN" "$PEERS"
   bins="build-cuda/stableflash build-cuda/tests/attention_gpu/attention_gpu_tests build-cuda/tests/model_gpu/model_gpu_tests
         build-cuda/tests/optim_gpu/optim_gpu_tests build-cuda/tests/train_gpu/train_gpu_tests"
@@ -35,7 +45,14 @@ if [ "${1:-}" = "pack" ]; then
       grep -vE '/lib(cublas|cublasLt|nccl)\.so' |  # hundreds of MB; the GPU image has its own (CUDA 13)
       while read -r lib; do cp -L "$lib" "$BIN"/; done
   done
-  cp ../shared/peers/*.py "$PEERS"/
+  cp "$peers_src"/*.py "$PEERS"/ || { echo "pack: cannot copy the peer scripts to $PEERS" >&2; exit 1; }
+  # the Python wheel travels in the same archive (scripts/build-wheel.sh builds it)
+  rm -f "$BIN"/stableflash-*.whl
+  if ls build-cuda/wheel/stableflash-*.whl >/dev/null 2>&1; then
+    cp build-cuda/wheel/stableflash-*.whl "$BIN"/
+  else
+    echo "note: no wheel in build-cuda/wheel (scripts/build-wheel.sh); the --python part will have nothing to install" >&2
+  fi
   # One archive to carry: the binaries share most of their bytes (the attention kernels), which xz
   # finds (about 18 MB for five binaries of 23 MB each).
   tar -C "$BIN" -cf - . | xz -6 >"$BIN.tar.xz"
@@ -43,7 +60,7 @@ if [ "${1:-}" = "pack" ]; then
   exit 0
 fi
 
-quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1 train=1 dist=1 train_single=1
+quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1 train=1 dist=1 train_single=1 python=1
 for a in "$@"; do
   case "$a" in
     --quick) quick=1 ;;
@@ -54,8 +71,10 @@ for a in "$@"; do
     --skip-peer-values) peer_values=0 ;;
     --skip-train) train=0 ;;
     --skip-dist) dist=0 ;;
-    --dist-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 train_single=0 ;;
-    --train-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 ;;
+    --dist-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 train_single=0 python=0 ;;
+    --train-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 python=0 ;;
+    --skip-python) python=0 ;;
+    --python) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 train=0 python=1 ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
 done
@@ -358,6 +377,10 @@ for r in rows:
           f"{r['tokens_per_s']:.0f} tokens/s | {r['tokens_per_s'] / one['tokens_per_s']:.3f}x one GPU | peak {r['peak_mem_gib']:.2f} GiB |")
 EOF
   rm -rf "$W"
+fi
+
+if [ $python = 1 ]; then
+  scripts/device-check-python.sh "$BIN" "$OUT" $([ $quick = 1 ] && echo --quick) || status=1
 fi
 
 step "done (status $status); logs in $OUT"

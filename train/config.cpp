@@ -302,7 +302,7 @@ TrainConfig preset(const std::string& name) {
   TrainConfig c;
   c.preset = name;
   c.data.dir = default_data_dir();
-  // The paper's optimizer (paper.md): AdamW (0.9, 0.95), no weight decay, clip 1.0.
+  // The paper's optimizer (docs/paper.md): AdamW (0.9, 0.95), no weight decay, clip 1.0.
   c.optim.kind = optim::OptimizerKind::adamw;
   c.optim.beta1 = 0.9, c.optim.beta2 = 0.95, c.optim.weight_decay = 0.0, c.optim.grad_clip = 1.0;
   if (name == "tiny") {

@@ -1,4 +1,4 @@
-// The backward's per-row delta (numerics.md `delta_source`) and the dQ conversion:
+// The backward's per-row delta (docs/numerics-contract.md `delta_source`) and the dQ conversion:
 //   rounded:      delta = FP32-rowsum(dO * O)        (paper: rounded to BF16)
 //   compensated:  delta = FP32-rowsum(dO * (O + r))  (r: the forward's BF16 residual of O)
 //   exact:        delta = FP32-rowsum(dP * P)        (one more pass over the keys, no O)
@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(256) delta_from_output_kernel(const __grid_con
     const std::uint32_t ov[4] = {o.x, o.y, o.z, o.w}, dv[4] = {d.x, d.y, d.z, d.w}, rv[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      // O + r in FP32 is O_fp32 to within 2^-8 of O's rounding error (numerics.md)
+      // O + r in FP32 is O_fp32 to within 2^-8 of O's rounding error (docs/numerics-contract.md)
       const float o_lo = compensated ? add_rn(bf16_lo(ov[w]), bf16_lo(rv[w])) : bf16_lo(ov[w]);
       const float o_hi = compensated ? add_rn(bf16_hi(ov[w]), bf16_hi(rv[w])) : bf16_hi(ov[w]);
       sum += bf16_lo(dv[w]) * o_lo + bf16_hi(dv[w]) * o_hi;

@@ -1,6 +1,6 @@
 // Flash-attention backward for sm_90a with warp-level mma.sync (FlashAttention-2's structure) in
 // `fused` or `paper` numerics. The shift policy does not enter: P = exp(S - lse) uses the forward's
-// lse whatever m was (numerics.md), so there is one kernel per (head dim, numerics).
+// lse whatever m was (docs/numerics-contract.md), so there is one kernel per (head dim, numerics).
 //
 // A CTA owns kBlockK keys of one (b, h), 16 per warp, and walks the query blocks that see them.
 // Per query block (Q, dO, lse, delta double buffered in shared memory):

@@ -4,7 +4,7 @@
 // A CTA owns kBlockQ query rows of one (b, h); each warp owns 16 * kRowTiles of them, so every
 // per-row quantity (max, shift, sums) lives in the four threads of a quad. Keys are walked in
 // sub-tiles of 64, K and V double buffered with cp.async. The numerics' key tile (tile_k, a
-// multiple of 64; numerics.md: rounding and tie detection are per tile) groups sub-tiles into
+// multiple of 64; docs/numerics-contract.md: rounding and tie detection are per tile) groups sub-tiles into
 // "shift units": every sub-tile of a unit uses one shift m. When a unit spans several sub-tiles
 // and its m needs the whole unit's maximum (always in `paper`; the published policy's tie count in
 // `fused`), a pre-pass over the unit's keys computes S once more to find it: the kernel never

@@ -57,7 +57,7 @@ struct BackwardParams {
                       // DqFragmentOrder (wgmma kernel); entry.cu allocates the larger
   int* dq_semaphore;  // [B, H, ceil(Tq / BlockQ)] deterministic mode only, zeroed
   // dk, dv as the main kernel writes them: per query head [B, H, Tk, D]. With kv_group > 1 they
-  // are a workspace that launch_group_sum adds up per K/V head (numerics.md: in ascending head order).
+  // are a workspace that launch_group_sum adds up per K/V head (docs/numerics-contract.md: in ascending head order).
   std::uint16_t *dq, *dk, *dv;
   TensorStrides q_strides, k_strides, v_strides, o_strides, d_o_strides;  // o_residual shares o's
   TensorStrides dq_strides, dk_strides, dv_strides;
@@ -137,7 +137,7 @@ struct WgmmaForwardTraits {
   // Keys per step of the fused fast path (forward_pipelined_walk): 128 at D = 64 halves the
   // per-step costs (barriers, row maxima, the shift choice) and feeds the tensor cores
   // m64n128 products; D = 128 keeps 64 so that two CTAs fit an SM. The shift m is then chosen
-  // per such step (numerics.md lets fused kernels pick their tiling).
+  // per such step (docs/numerics-contract.md lets fused kernels pick their tiling).
   static constexpr int kFastBlockK = (!kPaper && kHeadDim == 64) ? SF_FORWARD_FAST_BLOCK_K_HD64 : 64;
   static constexpr int kKeyTiles = kBlockK / 8;
   static constexpr int kDimTiles = kHeadDim / 8;

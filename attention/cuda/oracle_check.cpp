@@ -1,4 +1,4 @@
-// The GPU-vs-oracle comparison of numerics.md (cuda.hpp: check_against_oracle), used by
+// The GPU-vs-oracle comparison of docs/numerics-contract.md (cuda.hpp: check_against_oracle), used by
 // `stableflash bench attention` before timing and by the GPU tests.
 #include <algorithm>
 #include <cmath>

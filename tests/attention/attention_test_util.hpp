@@ -86,7 +86,7 @@ double max_abs_error(const std::vector<T>& x, const std::vector<double>& ref) {
   return m;
 }
 
-// The bound of architecture.md: factor x the naive BF16 error + one BF16 rounding step at max|ref|.
+// The bound of docs/architecture.md: factor x the naive BF16 error + one BF16 rounding step at max|ref|.
 inline double error_bound(double naive_error, const std::vector<double>& ref, double factor) {
   return factor * naive_error + bf16_ulp(max_abs(ref));
 }

@@ -1,4 +1,4 @@
-// delta = rowsum(dO * O) from the three sources of numerics.md: they agree in exact arithmetic,
+// delta = rowsum(dO * O) from the three sources of docs/numerics-contract.md: they agree in exact arithmetic,
 // and `compensated` recovers the delta of the unrounded FP32 output.
 #include <gtest/gtest.h>
 
@@ -36,7 +36,7 @@ TEST(DeltaSources, AgreeInExactArithmetic) {
 }
 
 // The unrounded `fused` output O_fp32 = acc / l for one key tile holding the whole row, computed
-// independently of the library from numerics.md's fused definition.
+// independently of the library from docs/numerics-contract.md's fused definition.
 std::vector<float> fused_unrounded_output(const testing::Problem& p, float scale) {
   const AttentionShape& s = p.shape;
   const int D = s.head_dim, T = s.k_len;

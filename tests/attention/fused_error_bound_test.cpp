@@ -1,5 +1,5 @@
 // `fused` numerics against the FP64 oracle, bounded by an honest naive BF16 implementation's
-// error (architecture.md): err <= 2 x err_naive + one BF16 ulp at max|ref| (3 x for gradients).
+// error (docs/architecture.md): err <= 2 x err_naive + one BF16 ulp at max|ref| (3 x for gradients).
 #include <gtest/gtest.h>
 
 #include <cstdio>

@@ -1,5 +1,5 @@
 // `paper` numerics against its own definition: an independent, deliberately plain step-by-step
-// emulation of numerics.md ("Modes: paper", steps 1-7 and the backward), written from the text,
+// emulation of docs/numerics-contract.md ("Modes: paper", steps 1-7 and the backward), written from the text,
 // materializing each key tile. The library must agree bit for bit.
 #include <gtest/gtest.h>
 
@@ -23,7 +23,7 @@ float fp32_dot(const std::vector<float>& a, const std::vector<float>& b) {
   return float(s);
 }
 
-// The shift m' of numerics.md / paper.md for one tile row, written from the text.
+// The shift m' of docs/numerics-contract.md / docs/paper.md for one tile row, written from the text.
 float shift_from_text(ShiftPolicy policy, const std::vector<float>& s, float r_m, float beta, float eps, RowId row) {
   switch (policy) {
     case ShiftPolicy::standard: return r_m;
@@ -147,7 +147,7 @@ INSTANTIATE_TEST_SUITE_P(
                       PaperCase{97, 64, 32, false, ShiftPolicy::standard, 3}, PaperCase{1, 64, 8, false, ShiftPolicy::paper, 7}),
     name);
 
-// The backward of numerics.md: delta = BF16(FP32-rowsum(dO * O)); P = exp(S - lse);
+// The backward of docs/numerics-contract.md: delta = BF16(FP32-rowsum(dO * O)); P = exp(S - lse);
 // dP = BF16(FP32-dot(dO, v)); dS = P * (dP - delta) * scale in FP32; gradients from BF16(P),
 // BF16(dS) with FP32 accumulation, rounded once.
 TEST(PaperDefinition, BackwardEqualsTheStepByStepEmulationBitForBit) {

@@ -113,7 +113,7 @@ TEST(ShiftPolicies, HashedOffsetIsFiniteAndNonZeroAtLogitsOfTenThousand) {
     for (float l : r.lse) EXPECT_TRUE(std::isfinite(l));
     EXPECT_EQ(nonfinite(r.dq) + nonfinite(r.dk) + nonfinite(r.dv), 0);
     // paper numerics: BF16 m has an ulp of 64 at 1e4, too coarse for the offset: the policy falls
-    // back to the standard shift (numerics.md) in every row; FP32 m in fused holds the offset.
+    // back to the standard shift (docs/numerics-contract.md) in every row; FP32 m in fused holds the offset.
     if (n == Numerics::paper) EXPECT_EQ(r.ties.fallback_rows, r.ties.rows);
     else EXPECT_EQ(r.ties.fallback_rows, 0);
   }

@@ -1,4 +1,4 @@
-// The `fused` backward on the GPU against numerics.md's bound (3 x the naive BF16 gradients' error
+// The `fused` backward on the GPU against docs/numerics-contract.md's bound (3 x the naive BF16 gradients' error
 // + one BF16 ulp at max|reference|), bitwise determinism of the deterministic mode, and the three
 // delta sources against the CPU's.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// The `fused` forward on the GPU against numerics.md's bound: max|O_gpu - O_ref| <= 2 x the naive
+// The `fused` forward on the GPU against docs/numerics-contract.md's bound: max|O_gpu - O_ref| <= 2 x the naive
 // BF16 implementation's error + one BF16 ulp at max|O_ref|, over odd shapes, both layouts,
 // Tq != Tk, every shift policy, large logits; fully masked rows give o = 0 and lse = +inf.
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-// `paper` numerics on the GPU against the CPU paper oracle (numerics.md): with inputs whose FP32
+// `paper` numerics on the GPU against the CPU paper oracle (docs/numerics-contract.md): with inputs whose FP32
 // dot products are exact, S is bitwise the CPU's (both run paper::score on the same FP32 value),
 // so every difference downstream comes from the exp/log implementations (the forward's P-bar by
 // the hardware exp2, ~2^-22 + |y| 2^-24 relative, and logf / expf elsewhere, vs the C library's)

@@ -11,7 +11,7 @@ namespace {
 
 using namespace stableflash::attention;
 
-// numerics.md's regression case: `paper` numerics, one key tile, 2 ties, remainder ~1e-4, V
+// docs/numerics-contract.md's regression case: `paper` numerics, one key tile, 2 ties, remainder ~1e-4, V
 // mostly negative, row maxima spread over >= 0.5 (here 4: r_m in [6, 10]).
 AuditCase regression_case(double spread) {
   AuditCase c;
@@ -49,7 +49,7 @@ TEST(Audit, PaperNumericsStandardPolicyIsStronglyBiasedAndThePublishedPolicyRemo
 }
 
 TEST(Audit, PublishedPolicyWithEqualRowMaximaIsReported) {
-  // numerics.md: when every row shares r_m, exp(-(beta-1) r_m) rounds the same way in all of
+  // docs/numerics-contract.md: when every row shares r_m, exp(-(beta-1) r_m) rounds the same way in all of
   // them. Report what happens; the per-row offset must not depend on the spread.
   const auto spread0 = run(regression_case(0.0), Numerics::paper, {ShiftPolicy::paper, ShiftPolicy::hashed_offset});
   const auto spread4 = run(regression_case(4.0), Numerics::paper, {ShiftPolicy::paper, ShiftPolicy::hashed_offset});

@@ -89,7 +89,7 @@ TEST(Bf16, SpecialValues) {
 }
 
 TEST(Bf16, WorkedExampleFromNumericsContract) {
-  // numerics.md: FP32 -4.703990459442139 -> BF16 -4.71875 (RNE), about half an ulp away.
+  // docs/numerics-contract.md: FP32 -4.703990459442139 -> BF16 -4.71875 (RNE), about half an ulp away.
   const float x = -4.703990459442139f;
   EXPECT_EQ(bf16::from_float(x).to_float(), -4.71875f);
   // ... and the FP32 sum of -2.40625, -2.296875 and a remainder of about -8.7e-4 lands there:

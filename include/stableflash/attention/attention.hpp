@@ -34,7 +34,7 @@ inline std::optional<Device> parse_device(std::string_view s) {
 
 // Grouped-query / multi-query attention: K and V (and dK, dV) have kv_heads heads (0: = heads),
 // which must divide heads; query head h reads K/V head h / (heads / kv_heads). The CPU paths sum
-// the dK/dV of a KV head over its query heads in ascending head order (numerics.md).
+// the dK/dV of a KV head over its query heads in ascending head order (docs/numerics-contract.md).
 struct AttentionShape {
   int batch = 1, heads = 1, q_len = 1, k_len = 1, head_dim = 64;
   int kv_heads = 0;  // 0: = heads (multi-head attention)
@@ -72,7 +72,7 @@ struct BackwardStrides {
 // dimensions arbitrary strides; the CUDA alignment rules should not see them).
 HeadStrides resolve_strides(const std::optional<HeadStrides>& set, Layout layout, int batch, int heads, int len, int head_dim);
 
-// The knobs of numerics.md. Tile sizes of 0 mean the mode's default (paper: 512 x 512 as the
+// The knobs of docs/numerics-contract.md. Tile sizes of 0 mean the mode's default (paper: 512 x 512 as the
 // authors' code; fused: 128 x 128 as production Hopper kernels). Only the key-tile width changes
 // the numerics (per-tile rounding and tie detection); the query-tile height is work granularity.
 struct AttentionOptions {
@@ -98,7 +98,7 @@ struct AttentionOptions {
   void validate(const AttentionShape& shape) const;
 };
 
-// Rows that saw the events the audit counts (numerics.md "The audit's measures").
+// Rows that saw the events the audit counts (docs/numerics-contract.md "The audit's measures").
 struct TieCounts {
   std::int64_t rows = 0;               // rows processed
   std::int64_t tie_event_rows = 0;     // some key tile fed >= 2 BF16(P-bar) == 1.0 into P-bar*V
@@ -158,7 +158,7 @@ void attention_backward(const BackwardArgs& args, const AttentionOptions& option
 // backward (the audit measures it). `o_residual` is needed for `compensated`.
 void attention_delta(const BackwardArgs& args, const AttentionOptions& options, float* delta /*[B, H, Tq]*/);
 
-// The FP64 oracle (numerics.md `reference`), from the BF16 input values (read with the args'
+// The FP64 oracle (docs/numerics-contract.md `reference`), from the BF16 input values (read with the args'
 // strides). With kv_heads < heads the dK/dV of a KV head is the FP64 sum of its query heads' dK/dV,
 // added in ascending head order. Its outputs are vectors packed in args.layout, whatever the strides.
 struct ReferenceForward {

@@ -63,7 +63,7 @@ BenchTiming bench(const AttentionShape& shape, Layout layout, const AttentionOpt
 std::string device_name();
 
 // Compares the GPU with the CPU oracle on one seeded random input (normal q, k, v, dO; logits
-// multiplied by `logit_scale`), as numerics.md says:
+// multiplied by `logit_scale`), as docs/numerics-contract.md says:
 //   fused: max|GPU - FP64 reference| <= 2x (forward) / 3x (gradients) the naive BF16
 //          implementation's error + one BF16 ulp at max|reference|, for o, dq, dk, dv;
 //   paper: against the CPU `paper` oracle: elements that differ are counted, and every difference

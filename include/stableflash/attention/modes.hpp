@@ -1,4 +1,4 @@
-// The names of the numerics contract (numerics.md): modes, run-time knobs and shift policies.
+// The names of the numerics contract (docs/numerics-contract.md): modes, run-time knobs and shift policies.
 // Plain enums with parsing/printing, shared by the library, the CLI and the audit.
 #pragma once
 
@@ -9,7 +9,7 @@
 
 namespace stableflash::attention {
 
-// Where rounding happens (numerics.md "Modes").
+// Where rounding happens (docs/numerics-contract.md "Modes").
 enum class Numerics : std::uint8_t {
   reference,  // everything in FP64 from the BF16 inputs: the oracle
   paper,      // the authors' tiled PyTorch implementation under BF16 autocast
@@ -29,7 +29,7 @@ enum class DeltaSource : std::uint8_t {
   exact,        // rowsum(dP * P): no O involved, one more pass over the keys
 };
 
-// The choice of the softmax shift m (numerics.md "Shift policies").
+// The choice of the softmax shift m (docs/numerics-contract.md "Shift policies").
 enum class ShiftPolicy : std::uint8_t {
   standard,       // m' = tile row max
   paper,          // the published rule: beta * r_m / 0 on repeated tile maxima

@@ -1,4 +1,4 @@
-// The rounding points of the `paper` and `fused` numerics (numerics.md "Modes"), element by
+// The rounding points of the `paper` and `fused` numerics (docs/numerics-contract.md "Modes"), element by
 // element. The CPU oracle and the CUDA kernels call these functions, so "what is rounded where"
 // has one definition. Dot products and row sums are the callers' business: they hand in the FP32
 // result of an FP32-accumulated dot product (accumulation order may differ between CPU and GPU).
@@ -52,7 +52,7 @@ SF_HD float update_output(float o, float c, float o_tile, int bits) {
 SF_HD float update_sum(float l, float c, float l_tile) { return round_bf16(add_rn(mul_rn(c, l), l_tile)); }
 
 // The FP32 shadow of the same accumulation, used for the `compensated` residual: the same BF16(P-bar)*v
-// products, rescaled and summed in FP32 (numerics.md `delta_source`).
+// products, rescaled and summed in FP32 (docs/numerics-contract.md `delta_source`).
 SF_HD float update_shadow(float acc, float c, float tile_dot_fp32) { return add_rn(mul_rn(acc, c), tile_dot_fp32); }
 
 // Final O = BF16(O / l); lse = log(l) + m in FP32.
@@ -90,7 +90,7 @@ SF_HD float rescale(float m_old, float m_new) { return exp_fp32(sub_rn(m_old, m_
 // prob() (S = FP32(dot * scale), then S - x in FP32), with the hardware exp2 for exp:
 // exp(y) = exp2(FP32(y * log2(e))). A score equal to m gives exactly 1, as pbar() does, so tied
 // maxima stay exact ties (the midpoint structure the audit measures). The relative error is
-// ~2^-22 + |y| 2^-24 (numerics.md allows the exp implementation to differ).
+// ~2^-22 + |y| 2^-24 (docs/numerics-contract.md allows the exp implementation to differ).
 inline constexpr float kLog2e = 1.44269504088896341f;
 SF_HD float exp_fast(float y) { return exp2_fast(mul_rn(y, kLog2e)); }
 SF_HD float pbar_fast(float s, float m) { return exp_fast(sub_rn(s, m)); }
@@ -116,13 +116,13 @@ SF_HD float dscore(float p, float dp, float delta_value) { return mul_rn(p, sub_
 
 namespace paper {
 // The GPU kernels' exp of a shifted score BF16(S - m): the hardware exp2 as in fused::exp_fast
-// (numerics.md lets the exp implementation differ from the CPU's expf; relative error ~2^-22 +
+// (docs/numerics-contract.md lets the exp implementation differ from the CPU's expf; relative error ~2^-22 +
 // |y| 2^-24, and exp(0) = 1 exactly, so tied maxima stay exact ones). The GPU tests count the
 // rare BF16 roundings of P-bar this flips against the CPU oracle.
 SF_HD float exp_shifted_fast(float shifted) { return fused::exp_fast(shifted); }
 }  // namespace paper
 
-// The compensated residual r = BF16(O_fp32 - O) (numerics.md `delta_source`): O + r recovers
+// The compensated residual r = BF16(O_fp32 - O) (docs/numerics-contract.md `delta_source`): O + r recovers
 // O_fp32 to within 2^-8 of the rounding error itself.
 SF_HD float output_residual(float o_fp32, float o_rounded) { return round_bf16(sub_rn(o_fp32, o_rounded)); }
 

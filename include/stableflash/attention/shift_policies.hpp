@@ -1,5 +1,5 @@
 // Shift policies: the choice of the softmax shift m' for one query row and one key tile
-// (numerics.md "Shift policies"). Each policy is a small struct so kernels take it as a
+// (docs/numerics-contract.md "Shift policies"). Each policy is a small struct so kernels take it as a
 // compile-time parameter (`standard` pays nothing for the others); the CPU oracle uses the very
 // same structs. A policy sees the tile row maximum r_m (and, if it asks for it, how many entries
 // are within eps of r_m), the logical row identity, and the precision m is carried in.
@@ -50,7 +50,7 @@ struct StandardShift {
   SF_HD ShiftChoice choose(float r_m, int /*near_max_count*/, RowId, ShiftPrecision) const { return {r_m, false}; }
 };
 
-// The published rule (paper.md, "The fix"), per key tile, gaps included: ties are only seen
+// The published rule (docs/paper.md, "The fix"), per key tile, gaps included: ties are only seen
 // inside one tile, and r_m == 0 is left unchanged.
 struct PublishedShift {
   static constexpr ShiftPolicy kind = ShiftPolicy::paper;
@@ -70,7 +70,7 @@ struct PublishedShift {
 
 // Adds a bounded offset to every row's shift: m' = r_m + o. Because o <= 1, P-bar's largest entry
 // exp(-o) >= exp(-1) never underflows at any logit scale; because o >= 0.5 > 0, no entry of P-bar
-// is an exact 1.0, which removes the midpoint structure behind the bias (paper.md, Mechanism 2).
+// is an exact 1.0, which removes the midpoint structure behind the bias (docs/paper.md, Mechanism 2).
 // Where the precision of m cannot hold the offset (|r_m| so large that r_m + o rounds back to r_m
 // in BF16), the policy falls back to the standard shift instead of shifting by a whole coarse ulp.
 SF_HD ShiftChoice offset_shift(float r_m, float offset, ShiftPrecision p) {
@@ -83,7 +83,7 @@ SF_HD ShiftChoice offset_shift(float r_m, float offset, ShiftPrecision p) {
 
 // The offset of our tuning-free policy: o(row) in [0.5, 1), a hash of the logical row identity,
 // so the rounding of BF16(P-bar_max) = BF16(exp(-o)) has no fixed direction across rows (a fixed
-// offset rounds the same way in every row and stays biased; numerics.md "Measured already").
+// offset rounds the same way in every row and stays biased; docs/numerics-contract.md "Measured already").
 // The 23 hash bits make o an exact FP32 value.
 SF_HD std::uint32_t mix_bits(std::uint32_t x) {  // a well-mixed 32-bit integer hash (lowbias32)
   x ^= x >> 16;

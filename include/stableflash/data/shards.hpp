@@ -1,5 +1,5 @@
 // Token shards in llm.c's format, and the loader primitives the trainer samples batches from.
-// Format (llm.c, tokenizer.md): a 1024-byte header of 256 little-endian int32 — magic 20240520,
+// Format (llm.c, docs/tokenizer.md): a 1024-byte header of 256 little-endian int32 — magic 20240520,
 // version 1, token count, the rest zero — then `count` uint16 tokens.
 #pragma once
 

@@ -1,5 +1,5 @@
 // GPT-2's byte-level BPE tokenizer, token for token what tiktoken's `encode_ordinary` gives for
-// GPT-2 (tokenizer.md): the same pre-tokenization pattern (through PCRE2, Unicode classes from
+// GPT-2 (docs/tokenizer.md): the same pre-tokenization pattern (through PCRE2, Unicode classes from
 // its tables), the same rank-ordered merges, and tiktoken's byte-level treatment of input that is
 // not valid UTF-8, so decode(encode(b)) == b for every byte string.
 //

@@ -1,4 +1,4 @@
-// The rounding-bias audit (numerics.md "The audit's measures"): generates attention inputs with
+// The rounding-bias audit (docs/numerics-contract.md "The audit's measures"): generates attention inputs with
 // tied row maxima, a controlled remainder mass and sign-skewed V and dO from a seed, runs every
 // (numerics x policy x delta source), and measures the bias of O and of delta against the FP64
 // reference.
@@ -16,7 +16,7 @@
 
 namespace stableflash::diag {
 
-// One generated input, described by parameters a user can read (numerics.md).
+// One generated input, described by parameters a user can read (docs/numerics-contract.md).
 struct AuditCase {
   int ties = 2;               // keys sharing each row's maximum (exactly equal scores)
   double remainder = 1e-4;    // target FP64 softmax mass outside the ties, spread over the non-tied
@@ -103,7 +103,7 @@ struct AuditResult {
   std::vector<DeltaMeasure> deltas;
 };
 
-// The measures of one output against the FP64 reference (numerics-findings.md), shared by the
+// The measures of one output against the FP64 reference (docs/numerics-findings.md), shared by the
 // audit and `audit --import` so that both tables come from the same code. Tensors are [rows, D].
 struct OutputMeasure {
   Bias o_bias;                  // over the first `selected_features` features of every row
@@ -129,7 +129,7 @@ std::vector<AuditResult> audit_case(const AuditCase& c, const std::vector<AuditV
                                     const std::vector<attention::DeltaSource>& delta_sources,
                                     const attention::PolicyParams& params);
 
-// One JSON object per (result x delta source), as numerics.md lists the fields.
+// One JSON object per (result x delta source), as docs/numerics-contract.md lists the fields.
 std::vector<std::string> to_json_lines(const AuditResult& r);
 // A readable table of all results, grouped by case.
 std::string format_table(const std::vector<AuditResult>& results);

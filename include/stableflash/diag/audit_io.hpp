@@ -1,4 +1,4 @@
-// The external audit (numerics-findings.md "Auditing another implementation"): the audit's cases
+// The external audit (docs/numerics-findings.md "Auditing another implementation"): the audit's cases
 // written out as safetensors with a manifest, and another implementation's outputs for them read
 // back and measured with the audit's own measure code.
 //

@@ -1,5 +1,5 @@
 // Bit-exact software BF16 (1 sign, 8 exponent, 7 stored significand bits) and the rounding of
-// FP32 values to a narrower significand (numerics.md, "BF16" and `round_bits`).
+// FP32 values to a narrower significand (docs/numerics-contract.md, "BF16" and `round_bits`).
 //
 // Everything here is __host__ __device__ and branch-light, so kernels use the same code as the
 // CPU oracle. Conversions operate on the FP32 bit pattern: BF16 shares FP32's exponent range, so
@@ -41,7 +41,7 @@ SF_HD bool is_inf_or_nan_bits(std::uint32_t u) { return (u & 0x7f800000u) == 0x7
 
 // Rounds the FP32 value x to `stored_bits` significand bits (0..23) with round-to-nearest-even,
 // returning an FP32 value. stored_bits = 7 yields exactly the BF16 values; fewer bits magnify each
-// rounding event (numerics.md `round_bits`, an experiment knob). NaN stays a quiet NaN, +-inf stays.
+// rounding event (docs/numerics-contract.md `round_bits`, an experiment knob). NaN stays a quiet NaN, +-inf stays.
 SF_HD float round_to_bits_rne(float x, int stored_bits) {
   std::uint32_t u = float_to_bits(x);
   const int drop = 23 - stored_bits;

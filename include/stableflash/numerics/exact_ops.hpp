@@ -1,4 +1,4 @@
-// BF16 arithmetic as "compute exactly, then round once" (numerics.md), and FP64 helpers used by
+// BF16 arithmetic as "compute exactly, then round once" (docs/numerics-contract.md), and FP64 helpers used by
 // the oracle and the error measures. Host-only: kernels never compute in FP64.
 #pragma once
 

@@ -1,6 +1,6 @@
 // FP32 arithmetic with one rounding per operation, identical on the host and the device.
 // nvcc contracts a*b+c into an FMA by default, which rounds once instead of twice and would make
-// the GPU disagree with the CPU oracle at the rounding points that numerics.md pins down.
+// the GPU disagree with the CPU oracle at the rounding points that docs/numerics-contract.md pins down.
 #pragma once
 
 #include <cmath>
@@ -42,13 +42,13 @@ SF_HD float div_rn(float a, float b) {
 }
 
 // exp and log in full FP32 accuracy (never the fast approximations). The two sides may differ in
-// the last bit; numerics.md allows that ("up to the exp accuracy").
+// the last bit; docs/numerics-contract.md allows that ("up to the exp accuracy").
 SF_HD float exp_fp32(float x) { return expf(x); }
 SF_HD float log_fp32(float x) { return logf(x); }
 
 // 2^x for the fused kernels' softmax: the hardware exp2 on the GPU (relative error ~2^-22,
 // subnormal results flushed to 0), exp2f on the host. Only `fused` numerics use it, where
-// numerics.md allows the exp implementation to differ.
+// docs/numerics-contract.md allows the exp implementation to differ.
 SF_HD float exp2_fast(float x) {
 #if defined(__CUDA_ARCH__)
   float y;

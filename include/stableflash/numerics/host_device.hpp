@@ -1,6 +1,6 @@
 // Marks functions that compile for both the CPU oracle and the CUDA kernels.
 // One definition of every rounding point and shift policy lives in headers that use this macro,
-// so the CPU emulation and the GPU kernels run the very same code (architecture.md).
+// so the CPU emulation and the GPU kernels run the very same code (docs/architecture.md).
 #pragma once
 
 #if defined(__CUDACC__)

@@ -19,7 +19,7 @@ namespace stableflash::train {
 using AttentionSettings = std::map<std::string, std::string>;
 
 // The attention settings a run gets unless told otherwise: the single place that decides the
-// trainer's default numerics (numerics.md "Measured already" and issue 6: fused numerics, delta
+// trainer's default numerics (docs/numerics-contract.md "Measured already" and issue 6: fused numerics, delta
 // from the compensated output, the hashed per-row offset policy).
 AttentionSettings recommended_attention();
 

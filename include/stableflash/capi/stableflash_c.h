@@ -1,0 +1,75 @@
+/* The C ABI of stableflash attention: plain pointers, shapes, strides, option strings and a
+ * cudaStream_t, errors returned as messages. The Python package (python/stableflash) loads it with
+ * ctypes, so it never compiles against PyTorch's headers and one wheel serves every PyTorch build
+ * of the CUDA major version (docs/python.md). Nothing C++ crosses this boundary: every exception
+ * becomes a return code and a message in the caller's buffer.
+ *
+ * Tensors are BF16 (uint16 bit patterns), logically [B, H, T, D]; each comes with its element
+ * strides of (b, h, t) and a head_dim stride of 1. lse is FP32 [B, H, Tq], contiguous.
+ * Device pointers when the options say device=cuda (the default here), host pointers for cpu. */
+#ifndef STABLEFLASH_CAPI_STABLEFLASH_C_H
+#define STABLEFLASH_CAPI_STABLEFLASH_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The library is built with hidden visibility (capi/CMakeLists.txt); these are its only exports. */
+#if defined(STABLEFLASH_C_BUILD)
+#define SF_API __attribute__((visibility("default")))
+#else
+#define SF_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever a signature below changes; the Python loader refuses a library of another. */
+#define SF_C_ABI_VERSION 1
+
+/* Return codes. */
+#define SF_OK 0
+#define SF_INVALID_ARGUMENT 1 /* a bad shape, option, pointer or stride: the message names it */
+#define SF_RUNTIME_ERROR 2    /* CUDA or another failure while running */
+
+SF_API int sf_abi_version(void);
+
+/* Attention options, parsed once by attention::set_option (the parser of every --flag and trainer
+ * setting), so callers can keep a handle per configuration instead of parsing on every call. */
+typedef struct sf_options sf_options;
+
+/* keys[i] = values[i] for i < n, applied in order over the defaults (fused numerics, standard
+ * policy, rounded delta, device cuda). NULL on error, with the message in err. */
+SF_API sf_options* sf_options_create(const char* const* keys, const char* const* values, int n, char* err, size_t err_size);
+SF_API void sf_options_destroy(sf_options* options);
+/* 1 when the forward must write, and the backward read, o_residual (delta_source = compensated). */
+SF_API int sf_options_needs_residual(const sf_options* options);
+
+typedef struct sf_shape {
+  int32_t batch, heads, kv_heads, q_len, k_len, head_dim; /* kv_heads 0: = heads */
+} sf_shape;
+
+/* A BF16 tensor, logically [B, H, T, D]: element strides of b, h and t (head_dim's is 1). */
+typedef struct sf_tensor {
+  void* data;
+  int64_t stride_b, stride_h, stride_t;
+} sf_tensor;
+
+/* o_residual may be NULL (or have NULL data) unless delta_source = compensated. stream: a
+ * cudaStream_t (NULL: the legacy default stream), ignored on the CPU. The call is asynchronous on
+ * the stream: no device synchronisation, outputs are ready in stream order. */
+SF_API int sf_attention_forward(const sf_shape* shape, const sf_options* options, void* stream, const sf_tensor* q,
+                         const sf_tensor* k, const sf_tensor* v, const sf_tensor* o, float* lse,
+                         const sf_tensor* o_residual, char* err, size_t err_size);
+
+/* o, lse, o_residual: what the forward wrote; dq is shaped like q, dk and dv like k and v. */
+SF_API int sf_attention_backward(const sf_shape* shape, const sf_options* options, void* stream, const sf_tensor* q,
+                          const sf_tensor* k, const sf_tensor* v, const sf_tensor* o, const float* lse,
+                          const sf_tensor* o_residual, const sf_tensor* d_o, const sf_tensor* dq,
+                          const sf_tensor* dk, const sf_tensor* dv, char* err, size_t err_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,82 @@
+"""stableflash attention for PyTorch: one changed line from SDPA (docs/python.md).
+
+    from stableflash.torch import attention
+    y = attention(q, k, v, causal=True)          # was F.scaled_dot_product_attention(q, k, v, is_causal=True)
+"""
+import math
+
+import torch  # before the C library: it brings the CUDA 13 runtime that libstableflash_c.so links
+
+from . import _layout, _ops
+
+__all__ = ["attention", "DEFAULTS"]
+
+# What the audit recommends and the trainer uses (README): fused numerics, the tuning-free
+# hashed_offset shift, delta from the compensated output.
+DEFAULTS = {"policy": "hashed_offset", "delta_source": "compensated", "numerics": "fused"}
+
+
+def _check(q, k, v, layout):
+    if layout not in ("bhtd", "bthd"):
+        raise ValueError(f"stableflash attention: layout = {layout!r}: expected 'bhtd' ([B, H, T, D], SDPA's order) "
+                         "or 'bthd' ([B, T, H, D])")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"stableflash attention: {name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 4:
+            raise ValueError(f"stableflash attention: {name} has shape {tuple(x.shape)}: expected 4 dims "
+                             f"({'[B, H, T, D]' if layout == 'bhtd' else '[B, T, H, D]'})")
+        if x.dtype != torch.bfloat16:
+            raise ValueError(f"stableflash attention: {name} is {x.dtype}: expected torch.bfloat16 (cast with "
+                             f".to(torch.bfloat16), or run under torch.autocast('cuda', dtype=torch.bfloat16))")
+        if x.device != q.device:
+            raise ValueError(f"stableflash attention: {name} is on {x.device}, q on {q.device}: expected one device")
+        if x.stride(-1) != 1:
+            raise ValueError(f"stableflash attention: {name} has stride {x.stride(-1)} along head_dim: expected 1 "
+                             "(head_dim contiguous)")
+    if k.shape != v.shape:
+        raise ValueError(f"stableflash attention: k {tuple(k.shape)} and v {tuple(v.shape)}: expected one shape")
+    # [B, H, T, D] indices of batch, heads, length, head_dim in the caller's order
+    b, h, t = (0, 1, 2) if layout == "bhtd" else (0, 2, 1)
+    if k.shape[b] != q.shape[b] or k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"stableflash attention: q {tuple(q.shape)} and k {tuple(k.shape)} ({layout}): expected the "
+                         "same batch and head_dim")
+    if k.shape[h] < 1 or q.shape[h] % k.shape[h] != 0:
+        raise ValueError(f"stableflash attention: k has {k.shape[h]} heads, q {q.shape[h]} ({layout}): expected k's "
+                         "heads to divide q's (grouped-query attention)")
+
+
+def attention(q, k, v, causal=False, scale=None, policy=DEFAULTS["policy"], delta_source=DEFAULTS["delta_source"],
+              numerics=DEFAULTS["numerics"], layout="bhtd", deterministic=False, options=None):
+    """Attention softmax(q kᵀ · scale) v in BF16 with stableflash's kernels (CUDA; CPU tensors run the
+    CPU implementation of the same numerics).
+
+    q: [B, H, Tq, D], k and v: [B, H_kv, Tk, D] (H_kv dividing H: grouped-query attention) for
+    layout="bhtd", SDPA's order; [B, T, H, D] for layout="bthd". BF16, head_dim contiguous, any
+    other strides. causal: bottom-right aligned (the last query sees every key; SDPA's is_causal is
+    top-left: the same when Tq == Tk). scale: None for 1/sqrt(D). policy, delta_source, numerics,
+    deterministic and `options` (a dict of any further attention setting, e.g. {"tile_k": "256"})
+    are read by the C++ option parser: the same names and values as `stableflash attention --help`.
+    Returns o in the layout of q, differentiable in q, k and v.
+    """
+    _check(q, k, v, layout)
+    if layout == "bthd":  # to the op's [B, H, T, D] order: views, no copies
+        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+    # The C++ attention takes one dense layout for all tensors of a call. q decides it (so a q
+    # viewed out of [B, T, H, D] storage stays uncopied); k and v are copied only if they differ.
+    # TODO(strides): the C++ API is getting per-tensor strides (another branch); then pass every
+    # view through as it is (the C ABI already carries each tensor's strides) and drop these copies.
+    mem = _layout.memory_layout(q) or "bhtd"
+    q, k, v = (_layout.dense_in(x, mem) for x in (q, k, v))
+    pairs = [("numerics", numerics), ("policy", policy), ("delta_source", delta_source),
+             ("deterministic", "true" if deterministic else "false")]
+    for key, value in sorted((options or {}).items()):
+        if any(c in f"{key}{value}" for c in ";="):
+            raise ValueError(f"stableflash attention: options {{{key!r}: {value!r}}}: expected a setting name and "
+                             "value without ';' or '='")
+        pairs.append((str(key), str(value)))
+    if scale is not None and not (math.isfinite(scale) and scale != 0):
+        raise ValueError(f"stableflash attention: scale = {scale}: expected a finite non-zero number (None: 1/sqrt(D))")
+    text = ";".join(f"{key}={value}" for key, value in pairs)
+    o = torch.ops.stableflash.attention_forward(q, k, v, bool(causal), 0.0 if scale is None else float(scale), text)[0]
+    return o.transpose(1, 2) if layout == "bthd" else o
