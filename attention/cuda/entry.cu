@@ -235,7 +235,7 @@ void check_supported(const AttentionShape& s, const AttentionOptions& opt) {
                                 std::to_string(kSubTile) + ", got " + std::to_string(opt.resolved_tile_k()));
 }
 
-void check_supported(const ForwardArgs& a, const AttentionOptions& opt) {
+void check_supported_args(const ForwardArgs& a, const AttentionOptions& opt) {
   check_supported(a.shape, opt);
   if (!a.q || !a.k || !a.v || !a.o || !a.lse) throw std::invalid_argument("attention_forward: q, k, v, o and lse are required");
   if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
@@ -243,7 +243,7 @@ void check_supported(const ForwardArgs& a, const AttentionOptions& opt) {
   for (const TensorNeed& n : forward_tensors(a)) check_tensor(n);
 }
 
-void check_supported(const BackwardArgs& a, const AttentionOptions& opt) {
+void check_supported_args(const BackwardArgs& a, const AttentionOptions& opt) {
   check_supported(a.shape, opt);
   if (!a.q || !a.k || !a.v || !a.o || !a.lse || !a.d_o)
     throw std::invalid_argument("attention_backward: q, k, v, o, lse and do are required");
@@ -253,7 +253,7 @@ void check_supported(const BackwardArgs& a, const AttentionOptions& opt) {
 }
 
 void forward(const ForwardArgs& a, const AttentionOptions& opt) {
-  check_supported(a, opt);
+  check_supported_args(a, opt);
   const AttentionShape& s = a.shape;
   const cudaStream_t stream = stream_of(opt);
   ForwardParams p{};
@@ -302,7 +302,7 @@ void forward(const ForwardArgs& a, const AttentionOptions& opt) {
 }
 
 void delta(const BackwardArgs& a, const AttentionOptions& opt, float* delta_out) {
-  check_supported(a, opt);
+  check_supported_args(a, opt);
   if (!delta_out) throw std::invalid_argument("attention_delta: the delta output is required");
   BackwardParams p = backward_params(a, opt);
   p.delta = delta_out;
@@ -310,7 +310,7 @@ void delta(const BackwardArgs& a, const AttentionOptions& opt, float* delta_out)
 }
 
 void backward(const BackwardArgs& a, const AttentionOptions& opt) {
-  check_supported(a, opt);
+  check_supported_args(a, opt);
   if (!a.dq || !a.dk || !a.dv) throw std::invalid_argument("attention_backward: dq, dk and dv outputs are required");
   const AttentionShape& s = a.shape;
   const cudaStream_t stream = stream_of(opt);

@@ -15,8 +15,8 @@ bool built() { return false; }
 bool has_device() { return false; }
 std::string device_name() { return "none"; }
 void check_supported(const AttentionShape&, const AttentionOptions&) { unavailable(); }
-void check_supported(const ForwardArgs&, const AttentionOptions&) { unavailable(); }
-void check_supported(const BackwardArgs&, const AttentionOptions&) { unavailable(); }
+void check_supported_args(const ForwardArgs&, const AttentionOptions&) { unavailable(); }
+void check_supported_args(const BackwardArgs&, const AttentionOptions&) { unavailable(); }
 void forward(const ForwardArgs&, const AttentionOptions&) { unavailable(); }
 void backward(const BackwardArgs&, const AttentionOptions&) { unavailable(); }
 void delta(const BackwardArgs&, const AttentionOptions&, float*) { unavailable(); }

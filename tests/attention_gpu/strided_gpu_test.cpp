@@ -180,7 +180,7 @@ TEST(StridedGpu, UnalignedStridesAreRefusedNamingTheField) {
   fa.shape = s, fa.q = fa.k = fa.v = x.get(), fa.o = x.get() + s.q_elements(), fa.lse = lse.get();
   auto message = [&](const ForwardArgs& a) -> std::string {
     try {
-      cuda::check_supported(a, opt);
+      cuda::check_supported_args(a, opt);
     } catch (const std::invalid_argument& e) {
       return e.what();
     }

@@ -60,7 +60,7 @@ struct HeadStrides {
 // product (token stride 3C, head stride D, C = H * D), or PyTorch views from .split / .transpose.
 // An unset field means the tensor is packed in the args' `layout` (heads and length its own:
 // H_kv and Tk for k, v, dk, dv). o_residual follows o; lse and delta stay head-major [B, H, Tq].
-// The CUDA path has alignment rules for them (cuda::check_supported, docs/cuda-kernels.md).
+// The CUDA path has alignment rules for them (cuda::check_supported_args, docs/cuda-kernels.md).
 struct ForwardStrides {
   std::optional<HeadStrides> q, k, v, o;
 };

@@ -4,7 +4,7 @@
 //
 // Supported on the GPU: head_dim 64 and 128 (the build option STABLEFLASH_CUDA_HEAD_DIMS may
 // compile fewer), `paper` and `fused` numerics, every shift policy, both layouts and strided views
-// whose rows are aligned (check_supported below), any Tq and Tk.
+// whose rows are aligned (check_supported_args below), any Tq and Tk.
 // Key tiles: the kernels walk keys in sub-tiles of 64; the numerics' key tile (options.tile_k,
 // which `paper` numerics and the published policy's tie detection depend on) must be a multiple of
 // 64. `fused` numerics with a policy that needs no tie count decide the shift per 64-key sub-tile
@@ -32,8 +32,8 @@ void check_supported(const AttentionShape& shape, const AttentionOptions& option
 // o, o_residual, do (bulk tensor copies, 16-byte loads); 8 bytes for dq, dk, dv; 4 bytes for the
 // forward's o, o_residual (bulk stores when they are 16-byte aligned too, else element-wise). Strides
 // are non-negative. forward/backward/delta call these first; a caller may call them ahead of time.
-void check_supported(const ForwardArgs& args, const AttentionOptions& options);
-void check_supported(const BackwardArgs& args, const AttentionOptions& options);  // backward and delta
+void check_supported_args(const ForwardArgs& args, const AttentionOptions& options);
+void check_supported_args(const BackwardArgs& args, const AttentionOptions& options);  // backward and delta
 
 // Device-pointer entry points (asynchronous on options.cuda_stream, except that event counters
 // (ForwardArgs::ties) are copied back synchronously when requested).
