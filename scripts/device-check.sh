@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command on the GPU machine: the GPU tests, compute-sanitizer memcheck and racecheck on
 # small shapes, and our attention benchmark side by side with the PyTorch peers
-# (shared/peers/torch_peers.py) on the four benchmark shapes, ending with a table of our/peer
+# (shared/peers/torch_peers.py; scripts/gqa_sdpa_peer.py for the grouped-query shape) on the
+# benchmark shapes, ending with a table of our/peer
 # ratios. Logs and JSON go to $OUT (default /tmp/stableflash-device).
 #
 #   here (no GPU):   scripts/device-check.sh pack     # copies the CUDA build's binaries to build-cuda/devbin
@@ -206,7 +207,8 @@ fi
 
 if [ $bench = 1 ]; then
   step "benchmark: ours"
-  shapes="16x12x1024x64:causal,16x12x1024x64:full,8x16x4096x128:causal,2x16x16384x128:causal"
+  # the four multi-head shapes and a grouped-query one (Llama: 64 query heads, 8 KV heads)
+  shapes="16x12x1024x64:causal,16x12x1024x64:full,8x16x4096x128:causal,2x16x16384x128:causal,2x64x4096x128:causal:kv8"
   : >"$OUT/ours.jsonl"
   "$BIN"/stableflash bench attention --shapes "$shapes" --numerics fused --policy standard,hashed_offset \
     --delta-source rounded,compensated --json "$OUT/ours-fused.jsonl" | tee "$OUT/ours-fused.txt" || status=1
@@ -231,6 +233,10 @@ if [ $bench = 1 ]; then
     PYTHONUNBUFFERED=1 python3 "$PEERS"/torch_peers.py attention --B "$1" --H "$2" --T "$3" --D "$4" ${5:-} \
       --backends flash,cudnn 2>>"$OUT/peers.err" | tail -1 >>"$OUT/peers.jsonl" || status=1
   done
+  # grouped-query heads: torch_peers.py has no such mode; our script calls SDPA with enable_gqa=True
+  # through torch_peers.py's own timing function
+  PYTHONUNBUFFERED=1 python3 scripts/gqa_sdpa_peer.py --peers "$PEERS" --B 2 --H 64 --Hkv 8 --T 4096 --D 128 --causal \
+    --backends flash,cudnn 2>>"$OUT/peers.err" | tail -1 >>"$OUT/peers.jsonl" || status=1
 
   step "ratios (ours / peer, same run)"
   python3 - "$OUT/ours.jsonl" "$OUT/peers.jsonl" <<'EOF' | tee "$OUT/table.md"
@@ -239,7 +245,8 @@ ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 peers = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 def peer(o, name):
     for p in peers:
-        if (p["B"], p["H"], p["T"], p["D"], p["causal"]) == (o["B"], o["H"], o["T"], o["D"], o["causal"]):
+        if (p["B"], p["H"], p.get("Hkv", p["H"]), p["T"], p["D"], p["causal"]) == \
+                (o["B"], o["H"], o.get("Hkv", o["H"]), o["T"], o["D"], o["causal"]):
             return p.get(name, {})
     return {}
 print("| shape (B,H,T,D) | mask | numerics | policy | delta | ours fwd | ours bwd | FA2 fwd | FA2 bwd | fwd/FA2 | bwd/FA2 | cuDNN fwd | cuDNN bwd | fwd/cuDNN | bwd/cuDNN | check |")
@@ -250,7 +257,8 @@ for o in ours:
         return f"{a / p[k]:.2f}" if k in p and p[k] else "-"
     def v(p, k):
         return f"{p[k]:.0f}" if k in p else "-"
-    print(f"| {o['B']},{o['H']},{o['T']},{o['D']} | {'causal' if o['causal'] else 'full'} | {o['numerics']} | {o['policy']} | "
+    heads = f"{o['H']}/{o['Hkv']}" if o.get("Hkv", o["H"]) != o["H"] else f"{o['H']}"
+    print(f"| {o['B']},{heads},{o['T']},{o['D']} | {'causal' if o['causal'] else 'full'} | {o['numerics']} | {o['policy']} | "
           f"{o['delta_source']} | {o['fwd_tflops']:.0f} | {o['bwd_tflops']:.0f} | {v(f, 'fwd_tflops')} | {v(f, 'bwd_tflops')} | "
           f"{r(o['fwd_tflops'], f, 'fwd_tflops')} | {r(o['bwd_tflops'], f, 'bwd_tflops')} | {v(c, 'fwd_tflops')} | "
           f"{v(c, 'bwd_tflops')} | {r(o['fwd_tflops'], c, 'fwd_tflops')} | {r(o['bwd_tflops'], c, 'bwd_tflops')} | {o['check']} |")

@@ -22,7 +22,9 @@ namespace {
 using namespace stableflash::attention;
 
 struct BenchCommand {
-  std::string shapes = "16x12x1024x64:causal,16x12x1024x64:full,8x16x4096x128:causal,2x16x16384x128:causal";
+  // the four multi-head shapes of docs/benchmarks.md and a grouped-query one (Llama: 64 query, 8 KV heads)
+  std::string shapes =
+      "16x12x1024x64:causal,16x12x1024x64:full,8x16x4096x128:causal,2x16x16384x128:causal,2x64x4096x128:causal:kv8";
   std::string numerics = "fused", policies = "standard", delta_sources = "rounded", layout = "bhtd", json;
   double warmup_s = 0.3, min_window_ms = 20.0;
   int windows = 7, check_len = 333;
@@ -43,16 +45,17 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-// "BxHxTxD:causal" or "BxHxTxD:full" (Tq = Tk = T).
+// "BxHxTxD:causal" or "BxHxTxD:full" (Tq = Tk = T), optionally ":kvN" for N KV heads (grouped-query).
 BenchShape parse_shape(const std::string& s) {
-  const auto colon = s.find(':');
-  const std::string dims = s.substr(0, colon), mask = colon == std::string::npos ? "causal" : s.substr(colon + 1);
-  const auto parts = split(dims, 'x');
-  if (parts.size() != 4 || (mask != "causal" && mask != "full"))
-    throw std::invalid_argument("--shapes: expected BxHxTxD:causal or BxHxTxD:full, got '" + s + "'");
+  const auto fields = split(s, ':');
+  const std::string mask = fields.size() > 1 ? fields[1] : "causal", kv = fields.size() > 2 ? fields[2] : "";
+  const auto parts = split(fields.empty() ? "" : fields[0], 'x');
+  if (parts.size() != 4 || fields.size() > 3 || (mask != "causal" && mask != "full") || (!kv.empty() && kv.rfind("kv", 0) != 0))
+    throw std::invalid_argument("--shapes: expected BxHxTxD:causal|full[:kvN], got '" + s + "'");
   BenchShape b;
   try {
     b.shape = {std::stoi(parts[0]), std::stoi(parts[1]), std::stoi(parts[2]), std::stoi(parts[2]), std::stoi(parts[3])};
+    if (!kv.empty()) b.shape.kv_heads = std::stoi(kv.substr(2));
   } catch (const std::exception&) {
     throw std::invalid_argument("--shapes: bad number in '" + s + "'");
   }
@@ -119,19 +122,22 @@ int run(const BenchCommand& c) {
           }
           const cuda::BenchTiming t = cuda::bench(b.shape, *layout, opt, c.seed, c.warmup_s, c.windows, c.min_window_ms);
           const double f = fwd_flop(b), fwd_tf = f / t.fwd_ms / 1e9, bwd_tf = 2.5 * f / t.bwd_ms / 1e9;
-          char shape[64];
-          std::snprintf(shape, sizeof shape, "%d,%d,%d,%d", b.shape.batch, b.shape.heads, b.shape.q_len, b.shape.head_dim);
+          char shape[64];  // grouped-query: H/H_kv
+          const std::string heads = std::to_string(b.shape.heads) +
+                                    (b.shape.resolved_kv_heads() != b.shape.heads ? "/" + std::to_string(b.shape.resolved_kv_heads()) : "");
+          std::snprintf(shape, sizeof shape, "%d,%s,%d,%d", b.shape.batch, heads.c_str(), b.shape.q_len, b.shape.head_dim);
           std::printf("%-22s %-7s %-6s %-14s %-11s %9.3f %9.1f %9.3f %9.1f  %s\n", shape, b.causal ? "causal" : "full",
                       std::string(to_string(n)).c_str(), std::string(to_string(pol)).c_str(),
                       std::string(to_string(ds)).c_str(), t.fwd_ms, fwd_tf, t.bwd_ms, bwd_tf, check.c_str());
           std::fflush(stdout);
           if (json)
             std::fprintf(json,
-                         "{\"B\": %d, \"H\": %d, \"T\": %d, \"D\": %d, \"causal\": %s, \"layout\": \"%s\", \"numerics\": \"%s\", "
+                         "{\"B\": %d, \"H\": %d, \"Hkv\": %d, \"T\": %d, \"D\": %d, \"causal\": %s, \"layout\": \"%s\", \"numerics\": \"%s\", "
                          "\"policy\": \"%s\", \"delta_source\": \"%s\", \"deterministic\": %s, \"fwd_ms\": %.6f, "
                          "\"bwd_ms\": %.6f, \"fwd_tflops\": %.3f, \"bwd_tflops\": %.3f, \"check\": \"%s\", \"device\": \"%s\", "
                          "\"method\": \"median over windows of back-to-back calls\"}\n",
-                         b.shape.batch, b.shape.heads, b.shape.q_len, b.shape.head_dim, b.causal ? "true" : "false",
+                         b.shape.batch, b.shape.heads, b.shape.resolved_kv_heads(), b.shape.q_len, b.shape.head_dim,
+                         b.causal ? "true" : "false",
                          c.layout.c_str(), std::string(to_string(n)).c_str(), std::string(to_string(pol)).c_str(),
                          std::string(to_string(ds)).c_str(), c.deterministic ? "true" : "false", t.fwd_ms, t.bwd_ms, fwd_tf,
                          bwd_tf, check.c_str(), device.c_str());
@@ -202,7 +208,10 @@ Runner add_bench_command(CLI::App& app) {
   train_sub->add_option("--gpus", t->gpus, "Data parallel over N GPUs (one process each; set train.grad_accum to a multiple of N)")
       ->check(CLI::Range(1, 1024));
   CLI::App* sub = bench->add_subcommand("attention", "TFLOP/s of the CUDA attention, forward and backward");
-  sub->add_option("--shapes", c->shapes, "Comma-separated BxHxTxD:causal|full")->capture_default_str();
+  sub->add_option("--shapes", c->shapes,
+                  "Comma-separated BxHxTxD:causal|full[:kvN] (kvN: N KV heads, grouped-query; the oracle check runs "
+                  "multi-head, grouped-query heads are checked by the GPU tests)")
+      ->capture_default_str();
   sub->add_option("--numerics", c->numerics, "Comma-separated: fused, paper")->capture_default_str();
   sub->add_option("--policy", c->policies, "Comma-separated shift policies: " + valid_names_shift_policy())->capture_default_str();
   sub->add_option("--delta-source", c->delta_sources, "Comma-separated: " + valid_names_delta_source())->capture_default_str();

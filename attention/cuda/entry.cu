@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "group_sum.hpp"
 #include "launch.hpp"
 #include "stableflash/attention/cuda.hpp"
 #include "stableflash/attention/rounding_points.hpp"
@@ -224,9 +225,6 @@ void check_supported(const AttentionShape& s, const AttentionOptions& opt) {
   opt.validate(s);
   if (opt.numerics == Numerics::reference)
     throw std::invalid_argument("numerics: 'reference' runs on the CPU only (FP64 oracle)");
-  if (s.resolved_kv_heads() != s.heads)
-    throw std::invalid_argument("CUDA attention: grouped-query heads (kv_heads = " + std::to_string(s.resolved_kv_heads()) +
-                                " of heads = " + std::to_string(s.heads) + ") run on the CPU only for now");
   if (!head_dim_compiled(s.head_dim))
     throw std::invalid_argument("CUDA attention: head_dim " + std::to_string(s.head_dim) +
                                 " has no kernels in this build (64 and 128 exist; STABLEFLASH_CUDA_HEAD_DIMS)");
@@ -329,16 +327,39 @@ void backward(const BackwardArgs& a, const AttentionOptions& opt) {
   // the wgmma kernel's fragment order pads Tq to its query block (DqFragmentOrder)
   const std::size_t padded_rows = std::size_t(s.batch) * s.heads * DqFragmentOrder::blocks(s.q_len) * DqFragmentOrder::kBlockQ;
   const std::size_t dq_bytes = padded_rows * s.head_dim * sizeof(float);
-  // one allocation: dQ accumulator | turn counters | delta
-  char* ws = static_cast<char*>(workspace_alloc(dq_bytes + sems * sizeof(int) + delta_bytes, stream));
+  // Grouped-query heads: the main kernel runs as multi-head attention with K/V read by the group
+  // (one CTA per key block and query head, the same grid and work as the MHA run on repeated K/V)
+  // and writes each query head's BF16 dK, dV into a workspace [B, H, Tk, D]; launch_group_sum then
+  // adds them per K/V head in ascending head order, in FP32, rounded once (numerics.md). Walking
+  // the group inside one CTA could not hold that contract's FP32 sum next to the FP32 accumulators
+  // (registers or shared memory at D = 128), and would leave H_kv x Tk / 128 CTAs (MQA: a few).
+  const int group = s.group_size();
+  const std::size_t per_head_bytes = group > 1 ? std::size_t(s.batch) * s.heads * s.k_len * s.head_dim * sizeof(std::uint16_t) : 0;
+  // one allocation: dQ accumulator | turn counters | delta | per-head dK | per-head dV (256-byte aligned parts)
+  const auto aligned = [](std::size_t n) { return (n + 255) / 256 * 256; };
+  const std::size_t at_sems = aligned(dq_bytes), at_delta = aligned(at_sems + sems * sizeof(int));
+  const std::size_t at_dk = aligned(at_delta + delta_bytes), at_dv = at_dk + aligned(per_head_bytes);
+  char* ws = static_cast<char*>(workspace_alloc(at_dv + per_head_bytes, stream));
   p.dq_accum = reinterpret_cast<float*>(ws);
-  p.dq_semaphore = sems ? reinterpret_cast<int*>(ws + dq_bytes) : nullptr;
-  p.delta = a.delta ? a.delta : reinterpret_cast<float*>(ws + dq_bytes + sems * sizeof(int));
-  check_cuda(cudaMemsetAsync(ws, 0, dq_bytes + sems * sizeof(int), stream), "cudaMemsetAsync");
+  p.dq_semaphore = sems ? reinterpret_cast<int*>(ws + at_sems) : nullptr;
+  p.delta = a.delta ? a.delta : reinterpret_cast<float*>(ws + at_delta);
+  check_cuda(cudaMemsetAsync(ws, 0, at_sems + sems * sizeof(int), stream), "cudaMemsetAsync");
+  if (group > 1) {
+    const TensorStrides per_head = device_strides(HeadStrides::of(Layout::bhtd, s.heads, s.k_len, s.head_dim));
+    p.dk = reinterpret_cast<std::uint16_t*>(ws + at_dk), p.dv = reinterpret_cast<std::uint16_t*>(ws + at_dv);
+    p.dk_strides = p.dv_strides = per_head;
+  }
   with_kernels(s.head_dim, opt.numerics, [&]<int D, bool kPaper>() {
     launch_delta<D, kPaper>(p, stream);
     launch_backward_main<D, kPaper>(p, stream);
   });
+  if (group > 1) {
+    GroupSumParams g{p.dk, reinterpret_cast<std::uint16_t*>(a.dk), device_strides(a.dk_strides()), s.batch,
+                     s.resolved_kv_heads(), group, s.k_len, s.head_dim};
+    launch_group_sum(g, stream);
+    g.per_head = p.dv, g.out = reinterpret_cast<std::uint16_t*>(a.dv), g.out_strides = device_strides(a.dv_strides());
+    launch_group_sum(g, stream);
+  }
   workspace_free(ws, stream);
 }
 

@@ -33,8 +33,8 @@ inline std::optional<Device> parse_device(std::string_view s) {
 }
 
 // Grouped-query / multi-query attention: K and V (and dK, dV) have kv_heads heads (0: = heads),
-// which must divide heads; query head h reads K/V head h / (heads / kv_heads). The CPU paths sum
-// the dK/dV of a KV head over its query heads in ascending head order (docs/numerics-contract.md).
+// which must divide heads; query head h reads K/V head h / (heads / kv_heads). Both devices sum the
+// dK/dV of a KV head over its query heads in ascending head order (docs/numerics-contract.md).
 struct AttentionShape {
   int batch = 1, heads = 1, q_len = 1, k_len = 1, head_dim = 64;
   int kv_heads = 0;  // 0: = heads (multi-head attention)

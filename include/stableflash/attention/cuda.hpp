@@ -4,7 +4,7 @@
 //
 // Supported on the GPU: head_dim 64 and 128 (the build option STABLEFLASH_CUDA_HEAD_DIMS may
 // compile fewer), `paper` and `fused` numerics, every shift policy, both layouts and strided views
-// whose rows are aligned (check_supported_args below), any Tq and Tk.
+// whose rows are aligned (check_supported_args below), any Tq and Tk, grouped-query / multi-query heads.
 // Key tiles: the kernels walk keys in sub-tiles of 64; the numerics' key tile (options.tile_k,
 // which `paper` numerics and the published policy's tie detection depend on) must be a multiple of
 // 64. `fused` numerics with a policy that needs no tie count decide the shift per 64-key sub-tile
