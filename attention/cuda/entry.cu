@@ -330,7 +330,7 @@ void backward(const BackwardArgs& a, const AttentionOptions& opt) {
   // Grouped-query heads: the main kernel runs as multi-head attention with K/V read by the group
   // (one CTA per key block and query head, the same grid and work as the MHA run on repeated K/V)
   // and writes each query head's BF16 dK, dV into a workspace [B, H, Tk, D]; launch_group_sum then
-  // adds them per K/V head in ascending head order, in FP32, rounded once (numerics.md). Walking
+  // adds them per K/V head in ascending head order, in FP32, rounded once (numerics-contract.md). Walking
   // the group inside one CTA could not hold that contract's FP32 sum next to the FP32 accumulators
   // (registers or shared memory at D = 128), and would leave H_kv x Tk / 128 CTAs (MQA: a few).
   const int group = s.group_size();

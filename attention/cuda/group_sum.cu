@@ -1,4 +1,4 @@
-// dK, dV of grouped-query attention (numerics.md "Grouped-query"): the backward's main kernel writes
+// dK, dV of grouped-query attention (numerics-contract.md "Grouped-query"): the backward's main kernel writes
 // every query head's BF16 dK, dV (exactly the multi-head result of that head) into a workspace
 // [B, H, Tk, D]; this kernel sums them per K/V head in ascending query-head order in FP32 (the first
 // head's value taken as is, one round-to-nearest addition per further head) and rounds once to

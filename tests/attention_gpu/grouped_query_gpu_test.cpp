@@ -1,4 +1,4 @@
-// Grouped-query (GQA) and multi-query (MQA) attention on the GPU (numerics.md "Grouped-query"):
+// Grouped-query (GQA) and multi-query (MQA) attention on the GPU (numerics-contract.md "Grouped-query"):
 // - bit for bit the GPU's multi-head run on K/V repeated per group, with dK, dV summed per group in
 //   ascending query-head order in FP32 and rounded once (deterministic mode, so dQ's order is fixed
 //   too): the kernels read K/V head h / group and change nothing else, and the group sum is the
@@ -38,7 +38,7 @@ std::vector<bf16> repeat_heads(const std::vector<bf16>& x, const AttentionShape&
   return y;
 }
 
-// The MHA gradient [B, H, Tk, D] summed per group as numerics.md says: FP32 additions in ascending
+// The MHA gradient [B, H, Tk, D] summed per group as numerics-contract.md says: FP32 additions in ascending
 // head order, the first taken as is, one rounding to BF16.
 std::vector<bf16> group_sum(const std::vector<bf16>& mha, const AttentionShape& s) {
   const int group = s.group_size(), kvh = s.resolved_kv_heads();
