@@ -34,6 +34,7 @@ inline unsigned elementwise_blocks(std::int64_t n) {
 inline constexpr std::int32_t kAdamwChunk = 1 << 16;
 struct AdamwChunk {
   std::int64_t offset = 0;      // of the chunk's first element in the flat parameters
+  std::int64_t state_offset = 0;  // of its first element in the moments (== offset unless sharded: ZeRO-1 keeps only its shard)
   std::int32_t size = 0;        // 1..kAdamwChunk
   std::int32_t apply_decay = 0;  // weight decay touches 2-D tensors only
 };
@@ -72,6 +73,7 @@ void launch_sum_squares(const T* x, std::int64_t n, double* partials, double* su
 
 struct MuonTensor {
   std::int64_t offset = 0;
+  std::int64_t state_offset = 0;  // of its momentum (== offset unless the optimizer is sharded)
   int rows = 0, cols = 0;
 };
 
