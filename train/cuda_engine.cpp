@@ -45,7 +45,7 @@ int select_device(int device) {
 // The shard plan of a data-parallel run (none for one process): ZeRO-1 shards every AdamW bucket,
 // stage 0 replicates them all.
 std::optional<optim::ShardPlan> plan_for(const TrainConfig& config, const model::Gpt2Cuda& model, const World& world) {
-  if (!world.distributed()) return std::nullopt;
+  if (!world.uses_collectives()) return std::nullopt;
   const auto bucket_elements = std::max<std::int64_t>(world.size, std::int64_t(config.dist.bucket_mb * 1e6 / sizeof(float)));
   return optim::ShardPlan::make(model.tensors(), config.optim.kind, world.size, bucket_elements,
                                 /*replicate_all=*/config.dist.zero_stage == 0);

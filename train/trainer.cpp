@@ -131,7 +131,7 @@ class WqSpectralProbe {
 
 std::unique_ptr<TrainingEngine> make_engine(const TrainConfig& config, const TrainOptions& options) {
   const World& world = options.world;
-  if (world.distributed()) {
+  if (world.uses_collectives()) {
     if (options.device == TrainDevice::cpu) throw std::invalid_argument("data-parallel training (WORLD_SIZE > 1) runs on GPUs only; drop --device cpu");
     if (config.train.grad_accum % world.size != 0)
       throw std::invalid_argument("train.grad_accum = " + std::to_string(config.train.grad_accum) + " must be a multiple of the " +

@@ -212,9 +212,9 @@ INSTANTIATE_TEST_SUITE_P(Plans, ShardedOptimizerGpu,
                          ::testing::Values(Case{OptimizerKind::adamw, 2, 1000}, Case{OptimizerKind::adamw, 3, 777},
                                            Case{OptimizerKind::muon, 2, 1000}, Case{OptimizerKind::muon, 4, 500},
                                            Case{OptimizerKind::adamw, 1, 1000}),
-                         [](const auto& info) {
-                           return std::string(to_string(info.param.kind)) + "_world" + std::to_string(info.param.world) + "_bucket" +
-                                  std::to_string(info.param.bucket);
+                         [](const auto& test) {
+                           return std::string(to_string(test.param.kind)) + "_world" + std::to_string(test.param.world) + "_bucket" +
+                                  std::to_string(test.param.bucket);
                          });
 
 TEST(ShardedOptimizerGpuErrors, APlanThatSplitsAMuonMatrixIsRefusedNamingTheRank) {
