@@ -86,6 +86,7 @@ CudaOptimizer::CudaOptimizer(const OptimizerConfig& config, const std::vector<mo
   std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
 
   std::vector<cuda_detail::AdamwChunk> chunks;
+  const std::int64_t chunk = s.sharded ? cuda_detail::kAdamwShardChunk : cuda_detail::kAdamwChunk;
   std::int64_t max_wide = 0, max_gram = 0;
   for (const OwnedRange& o : owned) {
     s.bucket_chunks[std::size_t(o.bucket)].first = int(chunks.size());
@@ -108,8 +109,8 @@ CudaOptimizer::CudaOptimizer(const OptimizerConfig& config, const std::vector<mo
         max_gram = std::max(max_gram, std::int64_t(std::min(rows, cols)) * std::min(rows, cols));
         continue;
       }
-      for (std::int64_t at = lo; at < hi; at += cuda_detail::kAdamwChunk)
-        chunks.push_back({at, state + (at - lo), std::int32_t(std::min<std::int64_t>(cuda_detail::kAdamwChunk, hi - at)), t.is_2d() ? 1 : 0});
+      for (std::int64_t at = lo; at < hi; at += chunk)
+        chunks.push_back({at, state + (at - lo), std::int32_t(std::min<std::int64_t>(chunk, hi - at)), t.is_2d() ? 1 : 0});
     }
     s.bucket_chunks[std::size_t(o.bucket)].second = int(chunks.size());
   }
