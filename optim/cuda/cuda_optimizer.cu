@@ -81,6 +81,15 @@ CudaOptimizer::CudaOptimizer(const OptimizerConfig& config, const std::vector<mo
     s.norm_slices = {{0, s.total}};
     s.bucket_chunks.assign(1, {0, 0});
   }
+  if (shard_plan && config_.kind == OptimizerKind::muon)
+    for (const auto& t : tensors) {
+      if (t.role != model::ParamRole::hidden_matrix) continue;
+      const auto [first, last] = shard_plan->buckets_touching({t.offset, t.offset + t.size});
+      for (int b = first; b < last; ++b)
+        if (!shard_plan->buckets()[std::size_t(b)].replicated)
+          throw std::logic_error("optimizer: rank " + std::to_string(rank) + ": the shard plan shards Muon's matrix " + t.name +
+                                 " (bucket " + std::to_string(b) + "); Newton-Schulz needs it whole");
+    }
   std::vector<const model::ParamTensor*> by_offset;
   for (const auto& t : tensors) by_offset.push_back(&t);
   std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
@@ -98,11 +107,9 @@ CudaOptimizer::CudaOptimizer(const OptimizerConfig& config, const std::vector<mo
       if (config_.kind == OptimizerKind::muon && t.role == model::ParamRole::hidden_matrix) {
         if (!t.is_2d() || t.shape[0] * t.shape[1] != t.size)
           throw std::invalid_argument("optimizer: Muon needs a 2-D tensor, " + t.name + " is not one");
-        // Newton-Schulz needs the whole matrix: the plan keeps Muon's matrices in replicated buckets,
-        // which are owned whole and adjacent in the compact state.
+        // Newton-Schulz needs the whole matrix: the plan keeps Muon's matrices in replicated buckets
+        // (checked above), which are owned whole and adjacent in the compact state.
         if (lo != t.offset) continue;  // the rest of a matrix that began in an earlier bucket
-        if (s.sharded && !shard_plan->buckets()[std::size_t(o.bucket)].replicated)
-          throw std::logic_error("optimizer: rank " + std::to_string(rank) + ": the shard plan splits Muon's matrix " + t.name);
         const int rows = int(t.shape[0]), cols = int(t.shape[1]);
         s.muon.push_back({t.offset, state, rows, cols});
         max_wide = std::max(max_wide, t.size);
