@@ -309,6 +309,12 @@ if [ $train = 1 ] && [ $dist = 1 ] && [ "$gpus" -ge 2 ]; then
   timeout 120 "$BIN"/stableflash train "${common[@]}" --gpus 2 --steps 20 --run-dir "$W/g2" || { echo "--gpus 2 failed"; status=1; }
   timeout 120 torchrun --standalone --nproc-per-node 2 --no-python "$BIN"/stableflash train "${common[@]}" --steps 20 \
     --run-dir "$W/torchrun" >"$OUT/torchrun.log" 2>&1 || { echo "torchrun launch failed"; tail -20 "$OUT/torchrun.log"; status=1; }
+  # ZeRO-1 (the default above) against plain all-reduce, and ZeRO-1 with 1 MB buckets (about 29 of
+  # them on the tiny model, so reductions overlap the backward and gathers the forward).
+  timeout 120 "$BIN"/stableflash train "${common[@]}" --gpus 2 --steps 20 --set dist.zero_stage=0 --run-dir "$W/g2-allreduce" ||
+    { echo "--gpus 2 with dist.zero_stage=0 failed"; status=1; }
+  timeout 120 "$BIN"/stableflash train "${common[@]}" --gpus 2 --steps 20 --set dist.bucket_mb=1 --run-dir "$W/g2-buckets" ||
+    { echo "--gpus 2 with dist.bucket_mb=1 failed"; status=1; }
   python3 - "$W" <<'EOF' | tee "$OUT/dist-agreement.txt" || status=1
 import json, math, sys
 w = sys.argv[1]
@@ -319,7 +325,7 @@ ulp = lambda x: 2.0 ** (math.floor(math.log2(abs(x))) - 7)
 # Two ranks differ from one GPU only in the order gradients are summed (FP32). The bound: twice the
 # one-GPU run's own distance from the FP32 CPU trainer (the BF16 error, running maximum) + one ulp.
 bad = 0
-for name in ("g2", "torchrun"):
+for name in ("g2", "torchrun", "g2-allreduce", "g2-buckets"):
     other = losses(name)
     assert len(other) == len(g1) == len(cpu) == 20, f"{name}: {len(other)} steps"
     naive = worst = 0.0
@@ -331,12 +337,31 @@ for name in ("g2", "torchrun"):
             bad += 1
             print(f"{name} step {s}: one GPU {a}, two ranks {b}, bound {bound:.3g}")
     print(f"{name}: 20 steps, largest |two ranks - one GPU| / bound = {worst:.3f}; identical to one GPU: {other == g1}")
+# Two ranks sum each gradient as a + b under either scheme; only the gradient norm's FP64 order differs.
+print("ZeRO-1 losses identical to all-reduce:", losses("g2") == losses("g2-allreduce"),
+      "; with 1 MB buckets:", losses("g2-buckets") == losses("g2"))
 print("two ranks within the bound:", "yes" if not bad else "NO")
 sys.exit(1 if bad else 0)
 EOF
 
-  step "data parallel: a two-rank checkpoint resumes on one GPU"
+  step "data parallel: a two-rank (ZeRO-1) checkpoint resumes on one GPU and on the CPU; a one-GPU one on two ranks"
+  cp -r "$W/g2" "$W/g2-cpu"
   "$BIN"/stableflash train --quiet --run-dir "$W/g2" --resume --steps 25 --device cuda && tail -1 "$W/g2/metrics.jsonl" || status=1
+  "$BIN"/stableflash train --quiet --run-dir "$W/g2-cpu" --resume --steps 22 --device cpu && tail -1 "$W/g2-cpu/metrics.jsonl" || status=1
+  timeout 120 "$BIN"/stableflash train --quiet --run-dir "$W/g1" --resume --steps 25 --gpus 2 && tail -1 "$W/g1/metrics.jsonl" || status=1
+
+  step "data parallel: ZeRO-1 with train.deterministic resumes bit for bit on two ranks"
+  det=("${common[@]}" --set train.deterministic=true --set dist.bucket_mb=1)
+  timeout 120 "$BIN"/stableflash train "${det[@]}" --gpus 2 --steps 20 --run-dir "$W/det-straight" || status=1
+  timeout 120 "$BIN"/stableflash train "${det[@]}" --gpus 2 --steps 10 --run-dir "$W/det-resumed" || status=1
+  timeout 120 "$BIN"/stableflash train --quiet --run-dir "$W/det-resumed" --resume --steps 20 --gpus 2 || status=1
+  python3 - "$W" <<'EOF' || status=1
+import json, sys
+w = sys.argv[1]
+a, b = ([json.loads(l)["loss"] for l in open(f"{w}/{r}/metrics.jsonl") if l.strip()] for r in ("det-straight", "det-resumed"))
+print(f"20 steps straight vs 10 + resume 10 on two ranks: {len(a)} and {len(b)} steps, identical: {a == b}")
+sys.exit(0 if a == b and len(a) == 20 else 1)
+EOF
 
   step "data parallel: Ctrl-C finishes the step on every rank, checkpoints once, exits 130; --resume goes on"
   long=(--preset tiny --quiet --set data.dir="$data" --set train.grad_accum=2 --steps 100000 --set train.val_every=0 --set train.checkpoint_every=0)
@@ -376,13 +401,19 @@ EOF
   : >"$OUT/dist-bench.jsonl"
   "$BIN"/stableflash bench train --preset gpt2-124m --device cuda --set train.grad_accum=1 --json "$OUT/dist-bench.jsonl" || status=1
   timeout 240 "$BIN"/stableflash bench train --preset gpt2-124m --gpus 2 --set train.grad_accum=2 --json "$OUT/dist-bench.jsonl" || status=1
+  timeout 240 "$BIN"/stableflash bench train --preset gpt2-124m --gpus 2 --set train.grad_accum=2 --set dist.zero_stage=0 \
+    --json "$OUT/dist-bench.jsonl" || status=1
   python3 - "$OUT/dist-bench.jsonl" <<'EOF' | tee "$OUT/dist-table.md"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 one = next(r for r in rows if r["ranks"] == 1)
 for r in rows:
-    print(f"| {r['ranks']} GPU(s) | B {r['B']} x accumulation {r['grad_accum']} | {r['ms_per_step']:.2f} ms/step | "
-          f"{r['tokens_per_s']:.0f} tokens/s | {r['tokens_per_s'] / one['tokens_per_s']:.3f}x one GPU | peak {r['peak_mem_gib']:.2f} GiB |")
+    scheme = "" if r["ranks"] == 1 else (", ZeRO-1" if r.get("zero_stage", 1) == 1 else ", all-reduce")
+    peaks = " / ".join(f"{p:.2f}" for p in r.get("peak_mem_gib_per_rank", [r["peak_mem_gib"]]))
+    waits = " / ".join(f"{100 * x:.1f}%" for x in r.get("communication_wait_share_per_rank", [0.0]))
+    print(f"| {r['ranks']} GPU(s){scheme} | B {r['B']} x accumulation {r['grad_accum']} | {r['ms_per_step']:.2f} ms/step | "
+          f"{r['tokens_per_s']:.0f} tokens/s | {r['tokens_per_s'] / one['tokens_per_s']:.3f}x one GPU | peak {peaks} GiB | "
+          f"waiting on communication {waits} |")
 EOF
   rm -rf "$W"
 fi

@@ -63,13 +63,24 @@ BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptio
   std::int64_t peak = cuda ? cuda_memory_in_use() : -1;
   const int window = o.steps / 5;
   std::vector<double> per_step;
+  // Data parallel: the compute stream's waits for communication are timed by events over the
+  // timed windows (a few microseconds of host work per wait).
+  engine->measure_communication(true);
+  engine->take_communication_wait_ms();
+  double timed_s = 0;
   for (int w = 0; w < 5; ++w) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < window; ++i) r.last_loss = step(s++);
     engine->take_loss_sum();  // waits for the window's last optimizer step
-    per_step.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / window);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    timed_s += seconds;
+    per_step.push_back(seconds / window);
     if (cuda) peak = std::max(peak, cuda_memory_in_use());
   }
+  const double wait_ms = engine->take_communication_wait_ms();
+  engine->measure_communication(false);
+  r.communication_wait_ms = wait_ms / double(5 * window);
+  r.communication_wait_share = wait_ms / (timed_s * 1e3);
   std::sort(per_step.begin(), per_step.end());
   const double dt = per_step[2];
   // The parts of a step, each timed alone between synchronizations.
@@ -97,6 +108,9 @@ BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptio
   r.ms_per_step = dt * 1e3;
   r.tokens_per_s = double(config.tokens_per_step()) / dt;
   if (cuda) r.peak_memory_gib = double(peak - memory_before) / double(1ull << 30);
+  // Every rank's own (collectives: every rank reaches them).
+  r.peak_memory_gib_per_rank = engine->from_every_rank(r.peak_memory_gib);
+  r.communication_wait_share_per_rank = engine->from_every_rank(r.communication_wait_share);
   const auto layout = model::parameter_layout(config.model);
   for (const auto& t : layout) r.parameters += t.size;
   const double n_params = double(r.parameters - std::int64_t(config.model.block_size) * config.model.n_embd);  // without wpe

@@ -125,6 +125,8 @@ const std::vector<Key>& keys() {
       SF_KEY("data.dir", data.dir),
       SF_KEY("data.train_split", data.train_split),
       SF_KEY("data.val_split", data.val_split),
+      SF_KEY("dist.zero_stage", dist.zero_stage),
+      SF_KEY("dist.bucket_mb", dist.bucket_mb),
   };
   return table;
 }
@@ -270,6 +272,10 @@ void TrainConfig::validate() const {
   need(train.keep_checkpoints >= 1, "train.keep_checkpoints must be >= 1");
   need(train.probe_every >= 0, "train.probe_every must be >= 0 (0: no probes)");
   need(!data.dir.empty(), "data.dir must name the folder of token shards");
+  need(dist.zero_stage == 0 || dist.zero_stage == 1, "dist.zero_stage must be 0 (all-reduce) or 1 (ZeRO-1) (got " +
+                                                         std::to_string(dist.zero_stage) + ")");
+  need(std::isfinite(dist.bucket_mb) && dist.bucket_mb >= 0.001 && dist.bucket_mb <= 4096,
+       "dist.bucket_mb must be in [0.001, 4096] (got " + std::to_string(dist.bucket_mb) + ")");
   for (const auto& [l, s] : attention_layer)
     need(l < model.n_layer, "attention.layer." + std::to_string(l) + ": the model has " + std::to_string(model.n_layer) +
                                 " layers (indices 0-" + std::to_string(model.n_layer - 1) + ")");
@@ -417,9 +423,11 @@ TrainConfig from_json(const std::string& text, const std::string& source) {
 
 std::vector<std::string> resume_mismatches(const TrainConfig& ckpt, const TrainConfig& run) {
   // Keys that may change on resume: how far to go, how often to report and save, where data lives,
-  // and whether the GPU reduces in a fixed order (same math, other summation order).
+  // whether the GPU reduces in a fixed order, and how the ranks share the gradients and optimizer
+  // state (same math, other summation order).
   static const std::vector<std::string> free_keys = {"train.steps", "train.val_every", "train.val_batches", "train.checkpoint_every",
-                                                     "train.keep_checkpoints", "train.deterministic", "train.probe_every", "data.dir"};
+                                                     "train.keep_checkpoints", "train.deterministic", "train.probe_every", "data.dir",
+                                                     "dist.zero_stage", "dist.bucket_mb"};
   std::map<std::string, std::string> a, b;
   for (const auto& [k, v] : ckpt.entries()) a[k] = v;
   for (const auto& [k, v] : run.entries()) b[k] = v;

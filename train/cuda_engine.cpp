@@ -2,100 +2,35 @@
 // start from the same host initialisation as the CPU model's, and checkpoints go through host
 // copies in the CPU layout.
 //
-// Data parallel (several ranks): every rank holds the whole model and optimizer state. During the
-// backward of a step's last micro-batch each finished range of gradients (ln_f, each layer, the
-// embeddings) is summed over the ranks by an NCCL all-reduce on a second stream, overlapping the
-// rest of the backward; then every rank runs the same deterministic optimizer step on the same
-// summed gradients and keeps identical weights. The loss is summed the same way.
+// Data parallel (several ranks, data_parallel_sync.hpp): during the backward of a step's last
+// micro-batch the gradients are summed over the ranks bucket by bucket on a second stream,
+// overlapping the rest of the backward. With dist.zero_stage = 1 (ZeRO-1, the default) the
+// buckets are reduce-scattered: each rank ends up with the summed gradients of its shard, updates
+// only those parameters (and keeps only their optimizer state), and all-gathers the updated FP32
+// parameters bucket by bucket while the rest updates and the next forward starts; the gradient
+// norm is summed from per-rank parts in rank order. With dist.zero_stage = 0 the buckets are
+// all-reduced and every rank runs the whole, identical optimizer step. Either way every rank
+// keeps identical weights; the loss is summed the same way.
 #include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 
+#include "cuda_collectives.hpp"
+#include "data_parallel_sync.hpp"
 #include "engine.hpp"
 #include "stableflash/model/cuda/blas.hpp"
 #include "stableflash/model/cuda/device_array.hpp"
 #include "stableflash/model/gpt2_cuda.hpp"
 #include "stableflash/optim/cuda_optimizer.hpp"
+#include "stableflash/optim/sharding.hpp"
 
 namespace stableflash::train {
 namespace {
 
 using model::cuda::check_cuda;
-
-void check_nccl(ncclResult_t r, const char* what) {
-  if (r != ncclSuccess) throw std::runtime_error(std::string("NCCL error in ") + what + ": " + ncclGetErrorString(r));
-}
-
-double env_seconds(const char* name, double fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atof(v) : fallback;
-}
-
-// NCCL between the ranks of a data-parallel run: the communicator, its stream, and the liveness
-// watch of the rendezvous (a rank that dies or hangs ends every rank, naming it).
-class Collectives {
- public:
-  Collectives(const World& world, cudaStream_t compute, std::int64_t buckets) : world_(world), compute_(compute) {
-    ncclUniqueId id{};
-    if (world.rank == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    rendezvous_ = std::make_unique<Rendezvous>(world, std::vector<char>(id.internal, id.internal + sizeof id.internal),
-                                               env_seconds("STABLEFLASH_RENDEZVOUS_TIMEOUT", 300),
-                                               env_seconds("STABLEFLASH_HANG_TIMEOUT", 600));
-    std::copy(rendezvous_->payload().begin(), rendezvous_->payload().end(), id.internal);
-    rendezvous_->start_monitor([rank = world.rank](const std::string& why) {
-      std::fprintf(stderr, "stableflash: rank %d: %s\n", rank, why.c_str());
-      std::fflush(stderr);
-      std::_Exit(3);  // NCCL calls of this process may be blocked for good; the OS frees the GPU
-    });
-    check_nccl(ncclCommInitRank(&comm_, world.size, id, world.rank), "ncclCommInitRank");
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    events_.resize(std::size_t(buckets) + 1);
-    for (auto& e : events_) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-    check_cuda(cudaMalloc(&scalar_, sizeof(double)), "cudaMalloc");
-  }
-  ~Collectives() {
-    if (stream_) cudaStreamSynchronize(stream_);
-    for (auto e : events_) cudaEventDestroy(e);
-    if (scalar_) cudaFree(scalar_);
-    if (comm_) ncclCommDestroy(comm_);
-    if (stream_) cudaStreamDestroy(stream_);
-  }
-
-  // Sums grads[offset, offset + count) over the ranks once the compute stream got there.
-  void all_reduce_after_compute(float* data, std::int64_t count) {
-    cudaEvent_t e = events_[next_event_++ % (events_.size() - 1)];
-    check_cuda(cudaEventRecord(e, compute_), "cudaEventRecord");
-    check_cuda(cudaStreamWaitEvent(stream_, e), "cudaStreamWaitEvent");
-    check_nccl(ncclAllReduce(data, data, std::size_t(count), ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce (gradients)");
-  }
-  // The compute stream waits for every all-reduce queued so far.
-  void join_compute() {
-    cudaEvent_t e = events_.back();
-    check_cuda(cudaEventRecord(e, stream_), "cudaEventRecord");
-    check_cuda(cudaStreamWaitEvent(compute_, e), "cudaStreamWaitEvent");
-    next_event_ = 0;
-  }
-  double sum(double value) {
-    check_cuda(cudaMemcpyAsync(scalar_, &value, sizeof value, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
-    check_nccl(ncclAllReduce(scalar_, scalar_, 1, ncclDouble, ncclSum, comm_, stream_), "ncclAllReduce (loss)");
-    check_cuda(cudaMemcpyAsync(&value, scalar_, sizeof value, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
-    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    return value;
-  }
-  Rendezvous& rendezvous() { return *rendezvous_; }
-
- private:
-  World world_;
-  cudaStream_t compute_ = nullptr, stream_ = nullptr;
-  std::unique_ptr<Rendezvous> rendezvous_;
-  ncclComm_t comm_ = nullptr;
-  std::vector<cudaEvent_t> events_;
-  std::size_t next_event_ = 0;
-  double* scalar_ = nullptr;
-};
 
 int select_device(int device) {
   int count = 0;
@@ -107,23 +42,39 @@ int select_device(int device) {
   return device;
 }
 
+// The shard plan of a data-parallel run (none for one process): ZeRO-1 shards every AdamW bucket,
+// stage 0 replicates them all.
+std::optional<optim::ShardPlan> plan_for(const TrainConfig& config, const model::Gpt2Cuda& model, const World& world) {
+  if (!world.uses_collectives()) return std::nullopt;
+  const auto bucket_elements = std::max<std::int64_t>(world.size, std::int64_t(config.dist.bucket_mb * 1e6 / sizeof(float)));
+  return optim::ShardPlan::make(model.tensors(), config.optim.kind, world.size, bucket_elements,
+                                /*replicate_all=*/config.dist.zero_stage == 0);
+}
+
 class CudaEngine final : public TrainingEngine {
  public:
   CudaEngine(const TrainConfig& config, int device, const World& world)
       : device_(select_device(device)),
+        world_(world),
         model_(config.model, config.layer_attention(), config.train.batch_size, config.train.seq_len, config.train.deterministic),
-        optimizer_(config.optim, model_.tensors(), *static_cast<model::cuda::Blas*>(model_.blas())),
-        params_(std::size_t(model_.parameter_count())),
-        first_(params_.size()),
-        second_(params_.size()) {
-    if (world.distributed())
-      collectives_ = std::make_unique<Collectives>(world, static_cast<cudaStream_t>(model_.stream()), config.model.n_layer + 2);
+        plan_(plan_for(config, model_, world)),
+        zero_(plan_ && config.dist.zero_stage == 1),
+        optimizer_(config.optim, model_.tensors(), *static_cast<model::cuda::Blas*>(model_.blas()), zero_ ? &*plan_ : nullptr, world.rank),
+        params_(std::size_t(model_.parameter_count())) {
+    if (!plan_) return;
+    const auto compute = static_cast<cudaStream_t>(model_.stream());
+    collectives_ = std::make_unique<Collectives>(world, compute);
+    sync_ = std::make_unique<DataParallelSync>(*collectives_, *plan_, compute);
+    if (zero_) model_.set_parameters_needed([this](std::int64_t offset, std::int64_t count) { sync_->parameters_needed(offset, count); });
   }
 
   std::string describe() const override {
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, device_);
-    return "cuda:" + std::to_string(device_) + " (" + prop.name + ")" + (collectives_ ? ", data parallel over NCCL" : "");
+    std::string d = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
+    if (collectives_) d += zero_ ? ", data parallel over NCCL, ZeRO-1" : ", data parallel over NCCL, all-reduce";
+    if (plan_) d += ", " + std::to_string(plan_->buckets().size()) + " gradient buckets";
+    return d;
   }
   bool asynchronous() const override { return true; }
 
@@ -134,18 +85,36 @@ class CudaEngine final : public TrainingEngine {
   void load(const Checkpoint& checkpoint) override {
     load_weights(checkpoint, model_.tensors(), params_);
     model_.set_params(params_);
-    const OptimizerState st = read_optimizer_state(checkpoint, model_.parameter_count());
+    OptimizerState st = read_optimizer_state(checkpoint, model_.parameter_count());
+    if (zero_) {  // every rank reads the whole state and keeps its shard: any world size resumes
+      std::vector<float> first(std::size_t(optimizer_.state_count())), second(first.size());
+      optim::take_shard(*plan_, world_.rank, st.first_moment, first);
+      optim::take_shard(*plan_, world_.rank, st.second_moment, second);
+      st.first_moment = std::move(first), st.second_moment = std::move(second);
+    }
     optimizer_.load_state(st.steps_taken, st.first_moment, st.second_moment);
   }
+  // Collective under ZeRO-1: every rank calls it, rank 0 gathers the optimizer shards. Only rank
+  // 0's snapshot holds weights and state (it alone writes checkpoints).
   TrainingSnapshot snapshot() override {
-    model_.get_params(params_);
-    optimizer_.download_state(first_, second_);
+    if (sync_) sync_->wait_for_all_parameters();
     TrainingSnapshot s;
     s.model_config = &model_.config();
     s.tensors = &model_.tensors();
-    s.params = params_;
     s.optimizer = optimizer_.config().kind;
     s.steps_taken = optimizer_.steps_taken();
+    if (zero_) {
+      if (world_.rank == 0) first_.resize(params_.size()), second_.resize(params_.size());
+      gather_moment(optimizer_.first_moment_device(), first_);
+      gather_moment(optimizer_.second_moment_device(), second_);
+    }
+    if (world_.rank != 0) return s;  // only rank 0 writes checkpoints
+    if (!zero_) {
+      first_.resize(params_.size()), second_.resize(params_.size());
+      optimizer_.download_state(first_, second_);
+    }
+    model_.get_params(params_);
+    s.params = params_;
     s.first_moment = first_;
     s.second_moment = second_;
     return s;
@@ -153,6 +122,7 @@ class CudaEngine final : public TrainingEngine {
 
   void read_parameters(std::int64_t offset, std::span<float> out) override {
     if (offset < 0 || offset + std::int64_t(out.size()) > model_.parameter_count()) throw std::out_of_range("read_parameters: past the model");
+    if (sync_) sync_->wait_for_all_parameters();
     check_cuda(cudaMemcpyAsync(out.data(), model_.params() + offset, out.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                static_cast<cudaStream_t>(model_.stream())),
                "cudaMemcpyAsync (parameters)");
@@ -162,27 +132,47 @@ class CudaEngine final : public TrainingEngine {
   void zero_grad() override { model_.zero_grad(); }
   void train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale,
                          bool last) override {
-    if (!collectives_ || !last) return model_.train_micro_batch(tokens, targets, batch, len, loss_scale);
-    float* grads = model_.grads();
-    model_.set_gradient_ready([this, grads](std::int64_t offset, std::int64_t count) {
-      collectives_->all_reduce_after_compute(grads + offset, count);
-    });
+    if (!sync_ || !last) {
+      model_.train_micro_batch(tokens, targets, batch, len, loss_scale);
+      return check_forward_waited();
+    }
+    sync_->begin_backward(model_.grads());
+    model_.set_gradient_ready([this](std::int64_t offset, std::int64_t count) { sync_->gradient_ready(offset, count); });
     model_.train_micro_batch(tokens, targets, batch, len, loss_scale);
     model_.set_gradient_ready({});
-    collectives_->join_compute();
+    sync_->end_backward();
+    check_forward_waited();
   }
   void eval_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len) override {
     model_.eval_micro_batch(tokens, targets, batch, len);
+    check_forward_waited();
   }
   double take_loss_sum() override {
     const double local = model_.take_loss_sum();
     return collectives_ ? collectives_->sum(local) : local;
   }
-  double clip_grad_norm(double max_norm) override { return optimizer_.clip_grad_norm(model_.grads(), max_norm); }
+  double clip_grad_norm(double max_norm) override {
+    if (!zero_) return optimizer_.clip_grad_norm(model_.grads(), max_norm);
+    // Each rank's part of the sum of squares, added in rank order on every rank: the same clipping
+    // factor everywhere, the same bits every run (NCCL's summation order does not enter).
+    const std::vector<double> parts = collectives_->gather(optimizer_.grad_sum_of_squares(model_.grads()));
+    double sum = 0;
+    for (double p : parts) sum += p;
+    return optimizer_.clip_with_sum_of_squares(sum, max_norm);
+  }
   void optimizer_step(double lr) override {
-    optimizer_.step(model_.params(), static_cast<__nv_bfloat16*>(model_.params_bf16()), model_.grads(), lr);
+    auto* params16 = static_cast<__nv_bfloat16*>(model_.params_bf16());
+    if (!zero_) return optimizer_.step(model_.params(), params16, model_.grads(), lr);
+    sync_->wait_for_all_parameters();  // a no-op after a forward; guards against writing what a gather still writes
+    optimizer_.step(model_.params(), params16, model_.grads(), lr,
+                    [this, params16](int bucket) { sync_->gather_after_update(bucket, model_.params(), params16); });
   }
   bool any_rank(bool local) override { return collectives_ ? collectives_->sum(local ? 1.0 : 0.0) > 0.5 : local; }
+  std::vector<double> from_every_rank(double local) override { return collectives_ ? collectives_->gather(local) : std::vector<double>{local}; }
+  void measure_communication(bool on) override {
+    if (sync_) sync_->measure_waits(on);
+  }
+  double take_communication_wait_ms() override { return sync_ ? sync_->take_wait_ms() : 0.0; }
   void heartbeat(std::int64_t step) override {
     if (collectives_) collectives_->rendezvous().heartbeat(step);
   }
@@ -191,11 +181,30 @@ class CudaEngine final : public TrainingEngine {
   }
 
  private:
+  // One optimizer moment from every rank's shard into `full` on rank 0 (collective).
+  void gather_moment(const float* device_shard, std::vector<float>& full) {
+    collectives_->gather_to_rank_zero(device_shard, optimizer_.state_count(), [&](int rank, std::span<const float> shard) {
+      optim::put_shard(*plan_, rank, shard, full);
+    });
+  }
+  // Every forward must announce every range it reads, or it would have read parameters whose
+  // all-gather was still running.
+  void check_forward_waited() const {
+    if (zero_ && sync_->parameters_pending())
+      throw std::logic_error("rank " + std::to_string(world_.rank) +
+                             ": the forward did not announce every parameter range it reads (set_parameters_needed); "
+                             "it may have read parameters before their all-gather finished");
+  }
+
   int device_;
+  World world_;
   model::Gpt2Cuda model_;
+  std::optional<optim::ShardPlan> plan_;         // data parallel only
+  bool zero_ = false;                            // ZeRO-1: the optimizer holds this rank's shard
   optim::CudaOptimizer optimizer_;
-  std::vector<float> params_, first_, second_;  // host copies for checkpoints
+  std::vector<float> params_, first_, second_;   // host copies for checkpoints
   std::unique_ptr<Collectives> collectives_;     // data parallel only
+  std::unique_ptr<DataParallelSync> sync_;       // data parallel only
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "stableflash/train/checkpoint.hpp"
 #include "stableflash/train/config.hpp"
@@ -28,6 +29,8 @@ class TrainingEngine {
   // Weights and optimizer state from a checkpoint of the same config.
   virtual void load(const Checkpoint& checkpoint) = 0;
   // Host views of the weights and optimizer state, valid until the next call on the engine.
+  // Data parallel: every rank calls it at the same point (ZeRO-1 gathers the optimizer shards on
+  // rank 0); only rank 0's snapshot is complete.
   virtual TrainingSnapshot snapshot() = 0;
   // Copies params[offset, offset + out.size()) to the host (the probes read single tensors).
   virtual void read_parameters(std::int64_t offset, std::span<float> out) = 0;
@@ -53,6 +56,14 @@ class TrainingEngine {
   // that a stop asked for by a signal (which reaches the ranks at slightly different moments)
   // ends them all after the same step.
   virtual bool any_rank(bool local) { return local; }
+  // Every rank's `local`, in rank order (a collective; one process: {local}).
+  virtual std::vector<double> from_every_rank(double local) { return {local}; }
+  // Data parallel: with measuring on, the engine times how long its compute waits for
+  // communication (the gradients' last reduction, the parameters' all-gather);
+  // take_communication_wait_ms() waits for queued work and returns the milliseconds since the last
+  // call (0 for one process).
+  virtual void measure_communication(bool /*on*/) {}
+  virtual double take_communication_wait_ms() { return 0.0; }
 };
 
 // bf16_autocast: the CPU model emulates BF16 autocast (Gpt2::set_bf16_autocast).

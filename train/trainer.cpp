@@ -131,7 +131,7 @@ class WqSpectralProbe {
 
 std::unique_ptr<TrainingEngine> make_engine(const TrainConfig& config, const TrainOptions& options) {
   const World& world = options.world;
-  if (world.distributed()) {
+  if (world.uses_collectives()) {
     if (options.device == TrainDevice::cpu) throw std::invalid_argument("data-parallel training (WORLD_SIZE > 1) runs on GPUs only; drop --device cpu");
     if (config.train.grad_accum % world.size != 0)
       throw std::invalid_argument("train.grad_accum = " + std::to_string(config.train.grad_accum) + " must be a multiple of the " +
@@ -282,16 +282,26 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
   // (the caller exits 130 / 143). Before this point a signal ends the process at once: nothing to save.
   std::optional<StopOnSignals> stop_on_signals;
   if (options.stop_on_signals) stop_on_signals.emplace();
+  // Data parallel: every rank asks whether any was signalled (a collective), so all stop after the
+  // same step even when the signal reaches them at different moments. Past the first step the
+  // question is asked in the middle of the step (after the loss, when the communication stream is
+  // idle): at the top it would wait for the previous step's parameter all-gather, which ZeRO-1
+  // overlaps with the forward.
+  const std::int64_t first_step = state.step;
+  bool stop_agreed = false;
+  auto save = [&]() {  // a collective under ZeRO-1: every rank calls it, rank 0 writes
+    const TrainingSnapshot snapshot = engine->snapshot();
+    if (writer) {
+      last_checkpoint = save_checkpoint(run, config, snapshot, state);
+      result.last_checkpoint = last_checkpoint;
+    }
+    last_checkpoint_step = state.step;
+  };
   for (std::int64_t step = state.step; step < ts.steps; ++step) {
-    // Every rank asks (a collective): all stop after the same step even when the signal reaches
-    // them at different moments.
-    if (options.stop_on_signals && engine->any_rank(stop_signal() != 0)) {
+    const bool ask_now = !world.distributed() || step == first_step;
+    if (options.stop_on_signals && (ask_now ? engine->any_rank(stop_signal() != 0) : stop_agreed)) {
       result.stopped_by_signal = stop_signal() != 0 ? stop_signal() : SIGTERM;  // a rank of another host was asked
-      if (writer && state.step > 0 && last_checkpoint_step != state.step) {
-        last_checkpoint = save_checkpoint(run, config, engine->snapshot(), state);
-        last_checkpoint_step = state.step;
-        result.last_checkpoint = last_checkpoint;
-      }
+      if (state.step > 0 && last_checkpoint_step != state.step) save();
       break;
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -308,6 +318,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
     StepMetrics m;
     m.step = step;
     m.loss = float(engine->take_loss_sum()) / float(ts.grad_accum);  // an FP32 value: metrics.jsonl's %.9g round-trips it
+    if (options.stop_on_signals && world.distributed()) stop_agreed = engine->any_rank(stop_signal() != 0);
     m.grad_norm = engine->clip_grad_norm(config.optim.grad_clip);
     if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {
       progress.finish();
@@ -331,11 +342,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
     }
     state.step = step + 1;
     state.last_loss = m.loss;
-    if (writer && (last || (ts.checkpoint_every > 0 && (step + 1) % ts.checkpoint_every == 0))) {
-      last_checkpoint = save_checkpoint(run, config, engine->snapshot(), state);
-      last_checkpoint_step = state.step;
-      result.last_checkpoint = last_checkpoint;
-    }
+    if (last || (ts.checkpoint_every > 0 && (step + 1) % ts.checkpoint_every == 0)) save();
     progress.update(m);
     result.steps.push_back(m);
     if (options.on_step) options.on_step(m);

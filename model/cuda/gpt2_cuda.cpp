@@ -114,6 +114,7 @@ struct Gpt2Cuda::Impl {
   int next_slot = 0;
   int distinct = 0;  // distinct token ids of the staged micro-batch
   GradientReady gradient_ready;
+  ParametersNeeded parameters_needed;
   float* loss_host = nullptr;  // pinned
 
   std::int64_t n_max() const { return std::int64_t(max_batch) * len; }
@@ -303,6 +304,7 @@ void Gpt2Cuda::get_grads(std::span<float> host) const {
 void Gpt2Cuda::zero_grad() { impl_->grads.zero(impl_->stream); }
 
 void Gpt2Cuda::set_gradient_ready(GradientReady hook) { impl_->gradient_ready = std::move(hook); }
+void Gpt2Cuda::set_parameters_needed(ParametersNeeded hook) { impl_->parameters_needed = std::move(hook); }
 
 // Copies a micro-batch to the device, with the rows of each token id grouped (ascending) for the
 // embedding backward.
@@ -369,6 +371,9 @@ void Gpt2Cuda::Impl::forward(int batch, int seq) {
   const float eps = float(config.layernorm_eps);
   const BatchLayout bl{n_max()};
   const int* tokens = batch_dev.get() + bl.tokens();
+  // Layer l's range ends where the next begins ([wte, wpe, layer 0, ..., layer L-1, ln_f]).
+  auto layer_end = [&](int l) { return l + 1 == config.n_layer ? lnf_w : offsets[std::size_t(l) + 1].ln1_w; };
+  if (parameters_needed) parameters_needed(0, layer_end(0));
   cuda::encoder_forward(x0.get(), tokens, param(wte), param(wpe), batch, seq, C, stream);
   cuda::layernorm_forward(layers[0].ln1.get(), layers[0].ln1_mean.get(), layers[0].ln1_rstd.get(), nullptr, x0.get(), nullptr,
                           param(offsets[0].ln1_w), param_or_null(offsets[0].ln1_b), int(N), C, eps, stream);
@@ -419,6 +424,10 @@ void Gpt2Cuda::Impl::forward(int batch, int seq) {
     Layer* next = last ? nullptr : &layers[std::size_t(l) + 1];
     const std::int64_t w = last ? lnf_w : offsets[std::size_t(l) + 1].ln1_w;
     const std::int64_t b = last ? lnf_b : offsets[std::size_t(l) + 1].ln1_b;
+    if (parameters_needed) {  // the next layer's range (or ln_f's): its LayerNorm is the first reader
+      const std::int64_t next_end = last ? std::int64_t(params.size()) : layer_end(l + 1);
+      parameters_needed(layer_end(l), next_end - layer_end(l));
+    }
     cuda::layernorm_forward(last ? lnf.get() : next->ln1.get(), last ? lnf_mean.get() : next->ln1_mean.get(),
                             last ? lnf_rstd.get() : next->ln1_rstd.get(), L.res3.get(), L.res2.get(), branch.get(), param(w),
                             param_or_null(b), int(N), C, eps, stream);

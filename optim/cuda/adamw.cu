@@ -13,15 +13,15 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamwChunk* chunk
   const AdamwChunk c = chunks[blockIdx.x];
   const float decay = c.apply_decay ? s.decay : 1.0f;
   for (std::int32_t j = threadIdx.x; j < c.size; j += kThreads) {
-    const std::int64_t i = c.offset + j;
+    const std::int64_t i = c.offset + j, k = c.state_offset + j;
     const float g = __fmul_rn(b.grads[i], s.grad_scale);  // lazy clipping: FP32(g * factor), as an in-place clip
     const float p = __fmul_rn(b.params[i], decay);
-    const float m = __fadd_rn(__fmul_rn(s.beta1, b.m[i]), __fmul_rn(s.one_minus_beta1, g));
-    const float v = __fadd_rn(__fmul_rn(s.beta2, b.v[i]), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
+    const float m = __fadd_rn(__fmul_rn(s.beta1, b.m[k]), __fmul_rn(s.one_minus_beta1, g));
+    const float v = __fadd_rn(__fmul_rn(s.beta2, b.v[k]), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
     const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bc2_sqrt), s.eps);
     const float updated = __fsub_rn(p, __fmul_rn(s.step_size, __fdiv_rn(m, denom)));
-    b.m[i] = m;
-    b.v[i] = v;
+    b.m[k] = m;
+    b.v[k] = v;
     b.params[i] = updated;
     b.params_bf16[i] = __float2bfloat16_rn(updated);
   }

@@ -19,52 +19,113 @@ using model::cuda::DeviceArray;
 struct CudaOptimizer::Impl {
   explicit Impl(model::cuda::Blas& b) : blas(b) {}
   ~Impl() {
-    if (host_sum) cudaFreeHost(host_sum);
+    if (host_sums) cudaFreeHost(host_sums);
   }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 
   model::cuda::Blas& blas;
   std::int64_t total = 0;           // flat parameter count (the end of the last tensor)
-  DeviceArray<float> m, v;          // [total] each; Muon's momentum lives in m
+  std::int64_t state_count = 0;     // values per moment: total, or the shard's
+  bool sharded = false;
+  DeviceArray<float> m, v;          // [state_count] each; Muon's momentum lives in m
   DeviceArray<cuda_detail::AdamwChunk> chunks;
-  int n_chunks = 0;
+  std::vector<std::pair<int, int>> bucket_chunks;  // [first, end) of each bucket's chunks (one bucket when not sharded)
   std::vector<cuda_detail::MuonTensor> muon;  // the hidden matrices when config.kind is muon
+  std::vector<FlatRange> norm_slices;         // what this rank adds to the gradient norm
   DeviceArray<__nv_bfloat16> x, y, gram, poly;
-  DeviceArray<double> partials, sum;
-  double* host_sum = nullptr;  // pinned, so the norm's copy is a true async copy on the stream
-  float clip_factor = 1.0f;    // set by clip_grad_norm, applied to the gradients by the next step()
+  DeviceArray<double> partials, sums;         // sums: one per norm slice
+  double* host_sums = nullptr;  // pinned, so the norm's copy is a true async copy on the stream
+  float clip_factor = 1.0f;     // set by clip_grad_norm, applied to the gradients by the next step()
 
   cudaStream_t stream() const { return blas.stream(); }
 };
 
-CudaOptimizer::CudaOptimizer(const OptimizerConfig& config, const std::vector<model::ParamTensor>& tensors, model::cuda::Blas& blas)
+namespace {
+
+// A range this optimizer updates: flat [begin, end), its moments from state_offset on, the bucket.
+struct OwnedRange {
+  FlatRange flat;
+  std::int64_t state_offset = 0;
+  int bucket = 0;
+};
+
+}  // namespace
+
+CudaOptimizer::CudaOptimizer(const OptimizerConfig& config, const std::vector<model::ParamTensor>& tensors, model::cuda::Blas& blas,
+                             const ShardPlan* shard_plan, int rank)
     : config_(config), impl_(std::make_unique<Impl>(blas)) {
   config_.validate();
   Impl& s = *impl_;
-  std::vector<cuda_detail::AdamwChunk> chunks;
-  std::int64_t max_wide = 0, max_gram = 0;
-  for (const auto& t : tensors) {
-    s.total = std::max(s.total, t.offset + t.size);
-    if (config_.kind == OptimizerKind::muon && t.role == model::ParamRole::hidden_matrix) {
-      if (!t.is_2d() || t.shape[0] * t.shape[1] != t.size)
-        throw std::invalid_argument("optimizer: Muon needs a 2-D tensor, " + t.name + " is not one");
-      const int rows = int(t.shape[0]), cols = int(t.shape[1]);
-      s.muon.push_back({t.offset, rows, cols});
-      const std::int64_t r = std::min(rows, cols);
-      max_wide = std::max(max_wide, t.size);
-      max_gram = std::max(max_gram, r * r);
-      continue;
+  for (const auto& t : tensors) s.total = std::max(s.total, t.offset + t.size);
+  s.sharded = shard_plan != nullptr;
+  std::vector<OwnedRange> owned;
+  if (shard_plan) {
+    if (shard_plan->total() != s.total)
+      throw std::invalid_argument("optimizer: the shard plan covers " + std::to_string(shard_plan->total()) + " parameters, the model has " +
+                                  std::to_string(s.total));
+    if (rank < 0 || rank >= shard_plan->world())
+      throw std::invalid_argument("optimizer: rank " + std::to_string(rank) + " is not in the shard plan's " +
+                                  std::to_string(shard_plan->world()) + " ranks");
+    const auto& buckets = shard_plan->buckets();
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      const FlatRange r = buckets[b].owned(rank, shard_plan->world());
+      if (!r.empty()) owned.push_back({r, s.state_count, int(b)});
+      s.state_count += r.size();
     }
-    for (std::int64_t at = 0; at < t.size; at += cuda_detail::kAdamwChunk)
-      chunks.push_back({t.offset + at, std::int32_t(std::min<std::int64_t>(cuda_detail::kAdamwChunk, t.size - at)), t.is_2d() ? 1 : 0});
+    s.norm_slices = shard_plan->norm_slices(rank);
+    s.bucket_chunks.assign(buckets.size(), {0, 0});
+  } else {
+    owned.push_back({{0, s.total}, 0, 0});
+    s.state_count = s.total;
+    s.norm_slices = {{0, s.total}};
+    s.bucket_chunks.assign(1, {0, 0});
+  }
+  if (shard_plan && config_.kind == OptimizerKind::muon)
+    for (const auto& t : tensors) {
+      if (t.role != model::ParamRole::hidden_matrix) continue;
+      const auto [first, last] = shard_plan->buckets_touching({t.offset, t.offset + t.size});
+      for (int b = first; b < last; ++b)
+        if (!shard_plan->buckets()[std::size_t(b)].replicated)
+          throw std::logic_error("optimizer: rank " + std::to_string(rank) + ": the shard plan shards Muon's matrix " + t.name +
+                                 " (bucket " + std::to_string(b) + "); Newton-Schulz needs it whole");
+    }
+  std::vector<const model::ParamTensor*> by_offset;
+  for (const auto& t : tensors) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+
+  std::vector<cuda_detail::AdamwChunk> chunks;
+  const std::int64_t chunk = s.sharded ? cuda_detail::kAdamwShardChunk : cuda_detail::kAdamwChunk;
+  std::int64_t max_wide = 0, max_gram = 0;
+  for (const OwnedRange& o : owned) {
+    s.bucket_chunks[std::size_t(o.bucket)].first = int(chunks.size());
+    for (const model::ParamTensor* tp : by_offset) {
+      const model::ParamTensor& t = *tp;
+      const std::int64_t lo = std::max(t.offset, o.flat.begin), hi = std::min(t.offset + t.size, o.flat.end);
+      if (lo >= hi) continue;
+      const std::int64_t state = o.state_offset + (lo - o.flat.begin);
+      if (config_.kind == OptimizerKind::muon && t.role == model::ParamRole::hidden_matrix) {
+        if (!t.is_2d() || t.shape[0] * t.shape[1] != t.size)
+          throw std::invalid_argument("optimizer: Muon needs a 2-D tensor, " + t.name + " is not one");
+        // Newton-Schulz needs the whole matrix: the plan keeps Muon's matrices in replicated buckets
+        // (checked above), which are owned whole and adjacent in the compact state.
+        if (lo != t.offset) continue;  // the rest of a matrix that began in an earlier bucket
+        const int rows = int(t.shape[0]), cols = int(t.shape[1]);
+        s.muon.push_back({t.offset, state, rows, cols});
+        max_wide = std::max(max_wide, t.size);
+        max_gram = std::max(max_gram, std::int64_t(std::min(rows, cols)) * std::min(rows, cols));
+        continue;
+      }
+      for (std::int64_t at = lo; at < hi; at += chunk)
+        chunks.push_back({at, state + (at - lo), std::int32_t(std::min<std::int64_t>(chunk, hi - at)), t.is_2d() ? 1 : 0});
+    }
+    s.bucket_chunks[std::size_t(o.bucket)].second = int(chunks.size());
   }
   const cudaStream_t stream = s.stream();
-  s.m = DeviceArray<float>(std::size_t(s.total));
-  s.v = DeviceArray<float>(std::size_t(s.total));
+  s.m = DeviceArray<float>(std::size_t(s.state_count));
+  s.v = DeviceArray<float>(std::size_t(s.state_count));
   s.m.zero(stream);
   s.v.zero(stream);
-  s.n_chunks = int(chunks.size());
   s.chunks = DeviceArray<cuda_detail::AdamwChunk>(chunks.size());
   if (!chunks.empty()) s.chunks.upload(chunks.data(), chunks.size(), stream);
   s.x = DeviceArray<__nv_bfloat16>(std::size_t(max_wide));
@@ -72,28 +133,44 @@ CudaOptimizer::CudaOptimizer(const OptimizerConfig& config, const std::vector<mo
   s.gram = DeviceArray<__nv_bfloat16>(std::size_t(max_gram));
   s.poly = DeviceArray<__nv_bfloat16>(std::size_t(max_gram));
   s.partials = DeviceArray<double>(cuda_detail::kMaxPartials);
-  s.sum = DeviceArray<double>(1);
-  check_cuda(cudaMallocHost(&s.host_sum, sizeof(double)), "cudaMallocHost (gradient norm)");
+  s.sums = DeviceArray<double>(std::max<std::size_t>(1, s.norm_slices.size()));
+  check_cuda(cudaMallocHost(&s.host_sums, s.sums.size() * sizeof(double)), "cudaMallocHost (gradient norm)");
   // `chunks` is a local: the upload must finish before it goes away.
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (optimizer setup)");
 }
 
 CudaOptimizer::~CudaOptimizer() = default;
 
-double CudaOptimizer::clip_grad_norm(const float* grads, double max_norm) {
+double CudaOptimizer::grad_sum_of_squares(const float* grads) {
   Impl& s = *impl_;
   const cudaStream_t stream = s.stream();
-  cuda_detail::launch_sum_squares(grads, s.total, s.partials.get(), s.sum.get(), stream);
-  check_cuda(cudaMemcpyAsync(s.host_sum, s.sum.get(), sizeof(double), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (gradient norm)");
+  // One fixed-order sum per slice (the partials are reused in stream order), then the slices in
+  // ascending order on the host: the same bits every call.
+  for (std::size_t k = 0; k < s.norm_slices.size(); ++k)
+    cuda_detail::launch_sum_squares(grads + s.norm_slices[k].begin, s.norm_slices[k].size(), s.partials.get(), s.sums.get() + k, stream);
+  if (s.norm_slices.empty()) return 0.0;
+  check_cuda(cudaMemcpyAsync(s.host_sums, s.sums.get(), s.norm_slices.size() * sizeof(double), cudaMemcpyDeviceToHost, stream),
+             "cudaMemcpyAsync (gradient norm)");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (gradient norm)");
-  const double norm = std::sqrt(*s.host_sum);
+  double sum = 0;
+  for (std::size_t k = 0; k < s.norm_slices.size(); ++k) sum += s.host_sums[k];
+  return sum;
+}
+
+double CudaOptimizer::clip_with_sum_of_squares(double sum_of_squares, double max_norm) {
+  const double norm = std::sqrt(sum_of_squares);
   // Lazy clipping: no pass over the gradients here; step() multiplies each one by the factor as it
   // reads it (the same FP32 product an in-place rescale would store).
-  s.clip_factor = max_norm > 0 && norm > max_norm ? float(max_norm / (norm + 1e-6)) : 1.0f;
+  impl_->clip_factor = max_norm > 0 && norm > max_norm ? float(max_norm / (norm + 1e-6)) : 1.0f;
   return norm;
 }
 
-void CudaOptimizer::step(float* params, __nv_bfloat16* params_bf16, const float* grads, double lr) {
+double CudaOptimizer::clip_grad_norm(const float* grads, double max_norm) {
+  return clip_with_sum_of_squares(grad_sum_of_squares(grads), max_norm);
+}
+
+void CudaOptimizer::step(float* params, __nv_bfloat16* params_bf16, const float* grads, double lr,
+                         const std::function<void(int bucket)>& after_bucket) {
   Impl& s = *impl_;
   ++t_;
   const float grad_scale = s.clip_factor;
@@ -111,7 +188,12 @@ void CudaOptimizer::step(float* params, __nv_bfloat16* params_bf16, const float*
   a.step_size = float(lr) / bc1;
   a.decay = float(1 - lr * config_.weight_decay);
   a.grad_scale = grad_scale;
-  cuda_detail::launch_adamw(s.chunks.get(), s.n_chunks, a, {params, params_bf16, grads, s.m.get(), s.v.get()}, s.stream());
+  const cuda_detail::AdamwBuffers buffers{params, params_bf16, grads, s.m.get(), s.v.get()};
+  for (std::size_t b = 0; b < s.bucket_chunks.size(); ++b) {
+    const auto [first, end] = s.bucket_chunks[b];
+    cuda_detail::launch_adamw(s.chunks.get() + first, end - first, a, buffers, s.stream());
+    if (after_bucket) after_bucket(int(b));
+  }
 
   if (s.muon.empty()) return;
   cuda_detail::MuonScalars mu;
@@ -121,18 +203,29 @@ void CudaOptimizer::step(float* params, __nv_bfloat16* params_bf16, const float*
   mu.decay = float(1 - lr * config_.weight_decay);
   mu.ns_steps = config_.muon_ns_steps;
   mu.grad_scale = grad_scale;
-  const cuda_detail::MuonScratch scratch{s.x.get(), s.y.get(), s.gram.get(), s.poly.get(), s.partials.get(), s.sum.get()};
+  const cuda_detail::MuonScratch scratch{s.x.get(), s.y.get(), s.gram.get(), s.poly.get(), s.partials.get(), s.sums.get()};
   for (const auto& t : s.muon) {
     mu.scaled_lr = float(lr * muon_rms_scale(t.rows, t.cols));
     cuda_detail::muon_tensor(t, mu, params, params_bf16, grads, s.m.get(), scratch, s.blas);
   }
 }
 
+std::int64_t CudaOptimizer::state_count() const { return impl_->state_count; }
+const float* CudaOptimizer::first_moment_device() const { return impl_->m.get(); }
+const float* CudaOptimizer::second_moment_device() const { return impl_->v.get(); }
+
+namespace {
+std::string holds(bool sharded, std::int64_t state_count, std::int64_t total) {
+  return sharded ? "this rank's shard holds " + std::to_string(state_count) + " (of " + std::to_string(total) + " parameters)"
+                 : "the model has " + std::to_string(total) + " parameters";
+}
+}  // namespace
+
 void CudaOptimizer::download_state(std::span<float> first, std::span<float> second) const {
   const Impl& s = *impl_;
-  if (std::int64_t(first.size()) != s.total || std::int64_t(second.size()) != s.total)
+  if (std::int64_t(first.size()) != s.state_count || std::int64_t(second.size()) != s.state_count)
     throw std::invalid_argument("optimizer state: asked to download into " + std::to_string(first.size()) + " and " +
-                                std::to_string(second.size()) + " values, the model has " + std::to_string(s.total) + " parameters");
+                                std::to_string(second.size()) + " values, " + holds(s.sharded, s.state_count, s.total));
   s.m.download(first.data(), first.size(), s.stream());
   s.v.download(second.data(), second.size(), s.stream());
   check_cuda(cudaStreamSynchronize(s.stream()), "cudaStreamSynchronize (optimizer state download)");
@@ -140,9 +233,9 @@ void CudaOptimizer::download_state(std::span<float> first, std::span<float> seco
 
 void CudaOptimizer::load_state(std::int64_t steps_taken, std::span<const float> first, std::span<const float> second) {
   Impl& s = *impl_;
-  if (std::int64_t(first.size()) != s.total || std::int64_t(second.size()) != s.total)
+  if (std::int64_t(first.size()) != s.state_count || std::int64_t(second.size()) != s.state_count)
     throw std::invalid_argument("optimizer state holds " + std::to_string(first.size()) + " and " + std::to_string(second.size()) +
-                                " values, the model has " + std::to_string(s.total) + " parameters");
+                                " values, " + holds(s.sharded, s.state_count, s.total));
   if (steps_taken < 0) throw std::invalid_argument("optimizer state: negative step count");
   s.m.upload(first.data(), first.size(), s.stream());
   s.v.upload(second.data(), second.size(), s.stream());

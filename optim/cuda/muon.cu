@@ -74,7 +74,7 @@ void muon_tensor(const MuonTensor& t, const MuonScalars& s, float* params, __nv_
   const std::int64_t n = std::int64_t(t.rows) * t.cols;
   const unsigned blocks = elementwise_blocks(n);
 
-  momentum_kernel<<<blocks, kThreads, 0, stream>>>(grads + t.offset, momentum + t.offset, scratch.x, t.rows, t.cols, tall, s);
+  momentum_kernel<<<blocks, kThreads, 0, stream>>>(grads + t.offset, momentum + t.state_offset, scratch.x, t.rows, t.cols, tall, s);
   launch_sum_squares(scratch.x, n, scratch.partials, scratch.sum, stream);
   normalize_kernel<<<blocks, kThreads, 0, stream>>>(scratch.x, n, scratch.sum);
   model::cuda::check_cuda(cudaGetLastError(), "Muon momentum/normalize kernel launch");

@@ -32,9 +32,13 @@ inline unsigned elementwise_blocks(std::int64_t n) {
 // kAdamwChunk elements, so a 38M-element embedding and a 768-element LayerNorm weight share a
 // launch without one block doing all the work.
 inline constexpr std::int32_t kAdamwChunk = 1 << 16;
+// Sharded (ZeRO-1), AdamW runs one launch per gradient bucket over the rank's piece of it (a few
+// million values): smaller chunks keep such a launch at hundreds of blocks, enough to fill the GPU.
+inline constexpr std::int32_t kAdamwShardChunk = 1 << 13;
 struct AdamwChunk {
   std::int64_t offset = 0;      // of the chunk's first element in the flat parameters
-  std::int32_t size = 0;        // 1..kAdamwChunk
+  std::int64_t state_offset = 0;  // of its first element in the moments (== offset unless sharded: ZeRO-1 keeps only its shard)
+  std::int32_t size = 0;        // 1..kAdamwChunk (kAdamwShardChunk when sharded)
   std::int32_t apply_decay = 0;  // weight decay touches 2-D tensors only
 };
 
@@ -72,6 +76,7 @@ void launch_sum_squares(const T* x, std::int64_t n, double* partials, double* su
 
 struct MuonTensor {
   std::int64_t offset = 0;
+  std::int64_t state_offset = 0;  // of its momentum (== offset unless the optimizer is sharded)
   int rows = 0, cols = 0;
 };
 

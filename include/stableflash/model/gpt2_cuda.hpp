@@ -70,6 +70,13 @@ class Gpt2Cuda {
   // communication overlaps the rest of the backward. Empty: no calls.
   using GradientReady = std::function<void(std::int64_t offset, std::int64_t count)>;
   void set_gradient_ready(GradientReady hook);
+  // Called during every forward, in stream order, before the first kernel that reads a range of
+  // params()/params_bf16(): the embeddings and layer 0 first, then at the end of each layer the
+  // next layer's range (before the LayerNorm that reads it first), after the last ln_f's. The calls
+  // cover every parameter. ZeRO-1 makes the stream wait there for that range's all-gather, so the
+  // gather overlaps the forward. Empty: no calls.
+  using ParametersNeeded = GradientReady;
+  void set_parameters_needed(ParametersNeeded hook);
 
  private:
   struct Impl;

@@ -7,6 +7,13 @@
 // is written (what the BF16 matmuls read, as autocast would cast the weights). Muon's
 // Newton-Schulz iteration runs on BF16 matrices with BF16 GEMMs (FP32 accumulation), as
 // torch.optim.Muon does.
+//
+// ZeRO-1 (data parallel): given a ShardPlan and a rank, the optimizer updates and keeps state for
+// that rank's owned ranges only (plan.owned(rank)); its moments are those ranges concatenated
+// (state_count() values, the "compact" layout of optim/sharding.hpp). The gradients it reads there
+// must be the sums over the ranks (the reduce-scatter leaves them in place); the parameters
+// outside them are not touched: the caller all-gathers them after each bucket (step()'s
+// after_bucket). With no plan it is the one-device optimizer, every value owned.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,17 +24,23 @@
 #include <span>
 #include <vector>
 
+#include <functional>
+
 #include "stableflash/model/cuda/blas.hpp"
 #include "stableflash/model/gpt2.hpp"
 #include "stableflash/optim/optimizer.hpp"
+#include "stableflash/optim/sharding.hpp"
 
 namespace stableflash::optim {
 
 class CudaOptimizer {
  public:
   // `tensors` is the model's parameter layout; the optimizer owns its state on the current device.
-  // `blas` (on the same stream) runs Muon's products.
-  CudaOptimizer(const OptimizerConfig& config, const std::vector<model::ParamTensor>& tensors, model::cuda::Blas& blas);
+  // `blas` (on the same stream) runs Muon's products. `shard_plan`: ZeRO-1, this optimizer is rank
+  // `rank` of the plan (null: not sharded). Throws std::logic_error when the plan puts one of
+  // Muon's matrices in a sharded bucket.
+  CudaOptimizer(const OptimizerConfig& config, const std::vector<model::ParamTensor>& tensors, model::cuda::Blas& blas,
+                const ShardPlan* shard_plan = nullptr, int rank = 0);
   ~CudaOptimizer();
   CudaOptimizer(const CudaOptimizer&) = delete;
   CudaOptimizer& operator=(const CudaOptimizer&) = delete;
@@ -45,16 +58,34 @@ class CudaOptimizer {
   // every step() that should be clipped, on the gradients that step() then receives.
   // Synchronizes the stream to return the norm.
   double clip_grad_norm(const float* grads, double max_norm);
+  // The two halves of clip_grad_norm, for sharded data parallelism: the sum of squares (FP64) of
+  // this rank's part of the norm (plan.norm_slices(rank): every element counted by exactly one
+  // rank; all of them when not sharded), each slice summed in a fixed tree and the slices added in
+  // ascending order (synchronizes); then the clipping factor from the sum over every rank. Returns
+  // the norm. clip_grad_norm(g, c) == clip_with_sum_of_squares(grad_sum_of_squares(g), c).
+  double grad_sum_of_squares(const float* grads);
+  double clip_with_sum_of_squares(double sum_of_squares, double max_norm);
 
   // One update with learning rate lr from the (averaged) device gradients, times the pending
   // clipping factor of clip_grad_norm (1 when none; consumed by this call); writes the FP32
   // params and their BF16 copy params_bf16 (same flat layout). grads are read only.
-  void step(float* params, __nv_bfloat16* params_bf16, const float* grads, double lr);
+  // Sharded: only the owned ranges are written; after the AdamW update of each bucket (ascending,
+  // queued on the stream) after_bucket(bucket index) runs, so the caller can queue that bucket's
+  // all-gather while the next bucket updates. Muon's matrices (replicated buckets) update last.
+  void step(float* params, __nv_bfloat16* params_bf16, const float* grads, double lr,
+            const std::function<void(int bucket)>& after_bucket = {});
 
   std::int64_t steps_taken() const { return t_; }
-  // Host copies of the state (synchronous), and loading it back.
+  // Values of each moment this optimizer holds: the parameter count, or the shard's
+  // (ShardPlan::owned_count()).
+  std::int64_t state_count() const;
+  // Host copies of the state (synchronous), and loading it back; both state_count() values long
+  // (sharded: the compact layout; take_shard / put_shard convert).
   void download_state(std::span<float> first, std::span<float> second) const;
   void load_state(std::int64_t steps_taken, std::span<const float> first, std::span<const float> second);
+  // The device moments (state_count() values each), for the collectives that gather them.
+  const float* first_moment_device() const;
+  const float* second_moment_device() const;
 
  private:
   struct Impl;

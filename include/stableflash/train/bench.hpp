@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "stableflash/train/config.hpp"
 #include "stableflash/train/distributed.hpp"
@@ -33,6 +34,14 @@ struct BenchTrainResult {
   // synchronization, so they add up to slightly more than ms_per_step): forward of one micro-batch,
   // forward + backward of one, and the gradient norm + optimizer update.
   double forward_ms = 0, forward_backward_ms = 0, optimizer_ms = 0;
+  // Data parallel: how long this rank's compute stream stood waiting for communication per step
+  // (the last gradient reduction after the backward, the parameters' all-gather before the
+  // forward reads them; timed by CUDA events over the timed steps), and its share of the step
+  // time. 0 for one process. The host's scalar syncs (loss, gradient norm) are not counted: one
+  // GPU has them too.
+  double communication_wait_ms = 0, communication_wait_share = 0;
+  // Per rank, in rank order (one value for one process).
+  std::vector<double> peak_memory_gib_per_rank, communication_wait_share_per_rank;
   std::int64_t parameters = 0;
 };
 

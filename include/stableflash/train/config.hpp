@@ -51,12 +51,25 @@ struct DataSettings {
   bool operator==(const DataSettings&) const = default;
 };
 
+// Data parallelism over several GPUs (ignored by a single process). Neither changes what a step
+// computes beyond the order of floating-point sums, so both may change on resume.
+struct DistSettings {
+  // 1: ZeRO-1, gradients reduce-scattered, optimizer state sharded over the ranks, parameters
+  // all-gathered; 0: gradients all-reduced, every rank keeps the whole optimizer state.
+  int zero_stage = 1;
+  // Gradient buckets of about this many MB (FP32 values), cut from the last layer down; each is
+  // reduced once the backward has finished it, while the backward goes on (PyTorch DDP's 25 MB).
+  double bucket_mb = 25.0;
+  bool operator==(const DistSettings&) const = default;
+};
+
 struct TrainConfig {
   std::string preset = "tiny";
   model::Gpt2Config model;
   optim::OptimizerConfig optim;
   TrainSettings train;
   DataSettings data;
+  DistSettings dist;
   AttentionSettings attention_default = recommended_attention();
   std::map<int, AttentionSettings> attention_layer;  // overrides by layer index
 

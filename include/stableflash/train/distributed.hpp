@@ -24,7 +24,11 @@ struct World {
   int rank = 0, size = 1, local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
+  // Tests on one GPU: the data-parallel code path (NCCL, gradient buckets, ZeRO-1) with a single
+  // rank, which must give what the plain one-GPU path gives.
+  bool force_collectives = false;
   bool distributed() const { return size > 1; }
+  bool uses_collectives() const { return size > 1 || force_collectives; }
 };
 
 // The world of this process from RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT, or the Slurm

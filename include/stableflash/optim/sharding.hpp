@@ -1,0 +1,89 @@
+// ZeRO-1 sharding of the flat parameter vector over the ranks of a data-parallel run: which
+// collective reduces which part of the gradient, which rank updates which parameters (and keeps
+// their optimizer state), and the arithmetic that moves optimizer state between one full vector
+// (checkpoints) and the ranks' shards. Host arithmetic only: the CUDA optimizer and the trainer's
+// collectives follow the plan; CPU tests check it.
+//
+// The plan cuts [0, total) into gradient buckets of about `bucket_elements`, from the top down
+// (the backward finishes the gradients from the last layer to the embeddings, so the top bucket
+// is reduced first). A bucket is
+//   - sharded: its length is a multiple of the world size; ncclReduceScatter leaves rank r the
+//     summed gradient of the r-th equal piece, rank r updates that piece alone (AdamW is
+//     element-wise) and ncclAllGather hands the updated piece to every rank; or
+//   - replicated: all-reduced, and every rank updates all of it (Muon's hidden matrices, whose
+//     Newton-Schulz iteration needs the whole matrix, and the < world elements at the very end
+//     when the total is not a multiple of the world size).
+// Each rank's shard is therefore one contiguous piece of every sharded bucket, not one contiguous
+// range of the whole vector: a contiguous range per rank would make the embeddings' bucket (ready
+// last) a reduction to one rank over one link direction, twice the exposed time of a
+// reduce-scatter on two GPUs (docs/benchmarks.md, "Data parallel").
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "stableflash/model/gpt2.hpp"
+#include "stableflash/optim/optimizer.hpp"
+
+namespace stableflash::optim {
+
+// [begin, end) of the flat parameter vector.
+struct FlatRange {
+  std::int64_t begin = 0, end = 0;
+  std::int64_t size() const { return end - begin; }
+  bool empty() const { return end <= begin; }
+  bool operator==(const FlatRange&) const = default;
+};
+
+struct GradientBucket {
+  FlatRange range;
+  bool replicated = false;
+
+  // The part rank `rank` updates: the rank-th of `world` equal pieces (sharded), the whole range
+  // (replicated).
+  FlatRange owned(int rank, int world) const;
+  // The part whose squares rank `rank` adds to the global gradient norm, so that every element
+  // counts exactly once over the ranks: its owned piece (sharded), a balanced 1/world slice
+  // (replicated; every rank holds the whole summed gradient there).
+  FlatRange norm_slice(int rank, int world) const;
+};
+
+class ShardPlan {
+ public:
+  // `tensors`: the model's flat layout. Muon's hidden matrices (kind == muon) land in replicated
+  // buckets; `replicate_all` makes every bucket replicated (plain all-reduce data parallelism,
+  // every rank keeps the whole optimizer state). Throws std::invalid_argument for world < 1 or
+  // bucket_elements < world.
+  static ShardPlan make(const std::vector<model::ParamTensor>& tensors, OptimizerKind kind, int world, std::int64_t bucket_elements,
+                        bool replicate_all = false);
+
+  int world() const { return world_; }
+  std::int64_t total() const { return total_; }
+  // Ascending and contiguous: buckets()[0].range.begin == 0, the last ends at total().
+  const std::vector<GradientBucket>& buckets() const { return buckets_; }
+
+  // What `rank` updates, ascending; its optimizer state is these ranges concatenated (the
+  // "compact" layout of take_shard / put_shard).
+  std::vector<FlatRange> owned(int rank) const;
+  // The same count for every rank (sharded pieces are equal; replicated buckets are everyone's).
+  std::int64_t owned_count() const;
+  std::vector<FlatRange> norm_slices(int rank) const;
+  // Indices [first, last) of the buckets that intersect `r` (empty r: first == last).
+  std::pair<int, int> buckets_touching(FlatRange r) const;
+
+ private:
+  int world_ = 1;
+  std::int64_t total_ = 0;
+  std::vector<GradientBucket> buckets_;
+};
+
+// Optimizer state between a full flat vector (a checkpoint's layout) and rank `rank`'s compact
+// shard (plan.owned(rank) concatenated). Errors name the rank and the sizes.
+void take_shard(const ShardPlan& plan, int rank, std::span<const float> full, std::span<float> shard);
+// Writes the owned ranges of `full` from the shard; calling it for every rank fills all of `full`
+// (replicated ranges are written by each rank with the same values).
+void put_shard(const ShardPlan& plan, int rank, std::span<const float> shard, std::span<float> full);
+
+}  // namespace stableflash::optim
