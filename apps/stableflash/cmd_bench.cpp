@@ -166,6 +166,19 @@ int run_train(const BenchTrainCommand& c) {
   std::printf("  parts, each timed alone: forward %.2f ms, forward + backward %.2f ms, gradient norm + optimizer %.2f ms "
               "(per micro-batch of B %d x T %d)\n",
               r.forward_ms, r.forward_backward_ms, r.optimizer_ms, config.train.batch_size, config.train.seq_len);
+  if (r.wq_probe_ms >= 0) {
+    // A probe every N steps costs its ms once per N steps of ms_per_step.
+    auto share = [&](double ms, std::int64_t every) { return 100.0 * ms / (r.ms_per_step * double(every)); };
+    std::printf("  probes (each alone, over a plain step): W_Q norms %.2f ms = %.2f%% at train.probe_every = %lld", r.wq_probe_ms,
+                share(r.wq_probe_ms, r.probe_every), static_cast<long long>(r.probe_every));
+    if (r.attention_probe_ms >= 0)
+      std::printf("; attention capture %.2f ms = %.2f%% at probe.attention_every = %lld", r.attention_probe_ms,
+                  share(r.attention_probe_ms, r.attention_every), static_cast<long long>(r.attention_every));
+    if (r.sigma_probe_ms >= 0)
+      std::printf("; every matrix's norm %.2f ms = %.2f%% at probe.sigma_every = %lld", r.sigma_probe_ms, share(r.sigma_probe_ms, r.sigma_every),
+                  static_cast<long long>(r.sigma_every));
+    std::printf("; together %.2f%% of the training time\n", 100.0 * r.probe_share());
+  }
   if (!c.json.empty()) {
     std::ofstream out(c.json, std::ios::app);
     if (!out) throw std::runtime_error(c.json + ": cannot open for appending");
@@ -174,10 +187,11 @@ int run_train(const BenchTrainCommand& c) {
                   "{\"bench\": \"train\", \"preset\": \"%s\", \"device\": \"%s\", \"ranks\": %d, \"B\": %d, \"T\": %d, \"grad_accum\": %d, "
                   "\"deterministic\": %s, \"ms_per_step\": %.4f, \"tokens_per_s\": %.1f, \"peak_mem_gib\": %.3f, \"mfu\": %.4f, "
                   "\"loss\": %.6f, \"parameters\": %lld, \"forward_ms\": %.4f, \"forward_backward_ms\": %.4f, \"optimizer_ms\": %.4f, "
-                  "\"method\": \"median of 5 windows\"}\n",
+                  "\"wq_probe_ms\": %.4f, \"attention_probe_ms\": %.4f, \"sigma_probe_ms\": %.4f, \"probe_share\": %.5f, \"method\": \"median of 5 windows\"}\n",
                   config.preset.c_str(), r.device.c_str(), r.ranks, config.train.batch_size, config.train.seq_len, config.train.grad_accum,
                   config.train.deterministic ? "true" : "false", r.ms_per_step, r.tokens_per_s, r.peak_memory_gib, r.mfu, r.last_loss,
-                  static_cast<long long>(r.parameters), r.forward_ms, r.forward_backward_ms, r.optimizer_ms);
+                  static_cast<long long>(r.parameters), r.forward_ms, r.forward_backward_ms, r.optimizer_ms, r.wq_probe_ms, r.attention_probe_ms, r.sigma_probe_ms,
+                  r.probe_share());
     out << line;
   }
   return 0;

@@ -34,7 +34,7 @@ struct ForwardParams {
   const std::uint16_t *q, *k, *v;  // BF16 bits; [B, H, Tq|Tk, D] or [B, T, H, D]
   std::uint16_t *o, *o_residual;   // o_residual may be null
   float* lse;                      // [B, H, Tq]
-  DeviceTieCounters* counters;     // null: no counting (the fast path)
+  DeviceTieCounters* counters;     // [heads], one record per query head; null: no counting (the fast path)
   TensorStrides q_strides, k_strides;  // o and o_residual share q's, v shares k's
   int batch, heads, q_len, k_len;
   float scale;
