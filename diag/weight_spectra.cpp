@@ -11,8 +11,15 @@
 namespace stableflash::diag {
 namespace {
 
-// At most this many rounds the first time (cold start), fewer after (warm start from the last probe).
-constexpr int kColdRounds = 200, kWarmRounds = 50;
+// At most this many rounds the first time (cold start), fewer after (warm start from the last
+// probe). W_Q (the paper's indicator, every probe) converges to 1e-6 within them; every matrix
+// (scope `all`) gets a few rounds a probe: its large, nearly random matrices (wte) have sigma_2
+// close to sigma_1 and would take the whole cap every time, so their iteration continues across
+// probes instead (estimates from below that tighten as the run goes).
+struct Rounds {
+  int cold, warm;
+};
+constexpr Rounds kWqRounds{200, 50}, kAllRounds{50, 4};
 
 std::string short_name(const std::string& hf) {  // "transformer.h.0.attn.c_attn.weight" -> "h.0.attn.c_attn"
   std::string s = hf;
@@ -69,7 +76,8 @@ WeightSpectraResult WeightSpectra::measure(std::span<const float> params, Spectr
       throw std::out_of_range("WeightSpectra: " + v.name + " lies past the parameters");
   auto run = [&](std::size_t k) {
     const MatrixView& v = views[k];
-    sigma[k] = spectral_norm(params.data() + v.offset, v.rows, v.cols, v.ld, warm[k], warm[k].empty() ? kColdRounds : kWarmRounds, tolerance_);
+    const Rounds cap = scope == SpectraScope::wq ? kWqRounds : kAllRounds;
+    sigma[k] = spectral_norm(params.data() + v.offset, v.rows, v.cols, v.ld, warm[k], warm[k].empty() ? cap.cold : cap.warm, tolerance_);
   };
   // Large matrices one at a time, each split over the threads (spectral_norm); the many small
   // ones (heads) spread over the threads, one matrix each.
