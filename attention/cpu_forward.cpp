@@ -188,6 +188,7 @@ void forward_with_policy(const Policy& policy, const ForwardArgs& a, const Atten
   const int row_tiles = (s.q_len + br - 1) / br;
   const std::int64_t units = std::int64_t(s.batch) * s.heads * row_tiles;
   std::int64_t tie_rows = 0, repeated_rows = 0, fallback_rows = 0, masked_rows = 0;
+  if (a.head_ties) std::fill(a.head_ties, a.head_ties + s.heads, TieCounts{});
 
 #pragma omp parallel reduction(+ : tie_rows, repeated_rows, fallback_rows, masked_rows)
   {
@@ -199,13 +200,16 @@ void forward_with_policy(const Policy& policy, const ForwardArgs& a, const Atten
       const int h = int(u / row_tiles % s.heads);
       const int tile = int(u % row_tiles);
       const HeadInputs in{q.head(b, h), k.head(b, s.kv_head_of(h)), v.head(b, s.kv_head_of(h))};
+      TieCounts unit_counts;  // this unit's rows, added to its head's counters (head_ties)
       for (int i = tile * br; i < std::min(s.q_len, (tile + 1) * br); ++i) {
         const int last = last_visible_key(i, s.q_len, s.k_len, opt.causal);
         float lse = std::numeric_limits<float>::infinity();
         std::fill(o_row.begin(), o_row.end(), 0.0f);
         std::fill(r_row.begin(), r_row.end(), 0.0f);
+        ++unit_counts.rows;
         if (last < 0) {
           ++masked_rows;
+          ++unit_counts.masked_rows;
         } else {
           const RowId row{std::uint32_t(b), std::uint32_t(h), std::uint32_t(i)};
           float* residual = want_residual ? r_row.data() : nullptr;
@@ -215,6 +219,9 @@ void forward_with_policy(const Policy& policy, const ForwardArgs& a, const Atten
           tie_rows += r.tie_event;
           repeated_rows += r.repeated_max;
           fallback_rows += r.fell_back;
+          unit_counts.tie_event_rows += r.tie_event;
+          unit_counts.repeated_max_rows += r.repeated_max;
+          unit_counts.fallback_rows += r.fell_back;
         }
         const std::int64_t at = os.at(b, h, i);
         for (int d = 0; d < dim; ++d) {
@@ -222,6 +229,15 @@ void forward_with_policy(const Policy& policy, const ForwardArgs& a, const Atten
           if (want_residual) a.o_residual[at + d] = bf16::from_float(r_row[d]);
         }
         a.lse[(std::int64_t(b) * s.heads + h) * s.q_len + i] = lse;
+      }
+      if (a.head_ties) {
+        TieCounts& c = a.head_ties[h];
+#pragma omp critical(stableflash_head_ties)
+        {
+          c.rows += unit_counts.rows, c.tie_event_rows += unit_counts.tie_event_rows;
+          c.repeated_max_rows += unit_counts.repeated_max_rows, c.fallback_rows += unit_counts.fallback_rows;
+          c.masked_rows += unit_counts.masked_rows;
+        }
       }
     }
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 #include "stableflash/attention/standard_fp32.hpp"
 #include "stableflash/model/layers.hpp"
@@ -74,6 +75,7 @@ struct Gpt2<T>::Activations {
     std::vector<T> probs;                    // [B, H, T, T] standard attention only
     std::vector<bf16> q16, k16, v16, o16, o_residual16;  // [B, T, H, D] flash attention only
     std::vector<float> lse;                  // [B, H, T] flash attention only
+    std::vector<bf16> probe_residual16;      // [N, C] probes: O's rounding error for a layer without compensated delta
     std::vector<T> res2;                     // [N, C] x + attention projection
     std::vector<T> ln2, ln2_mean, ln2_rstd;
     std::vector<T> fch, fch_gelu;            // [N, 4C]
@@ -223,6 +225,29 @@ void Gpt2<T>::linear_backward(T* dx, T* dw, T* db, const T* dout, const T* x, co
 }
 
 template <class T>
+void Gpt2<T>::request_capture(const CaptureRequest& request) {
+  capture_request_ = request;
+  capture_pending_ = !request.empty();
+  capturing_ = false;
+  capture_ = {};
+}
+
+template <class T>
+Capture Gpt2<T>::take_capture() {
+  capture_request_ = {};
+  capture_pending_ = capturing_ = false;
+  return std::exchange(capture_, Capture{});
+}
+
+template <class T>
+LayerCapture* Gpt2<T>::captured(int layer) {
+  if (!capturing_) return nullptr;
+  for (auto& c : capture_.layers)
+    if (c.layer == layer) return &c;
+  return nullptr;
+}
+
+template <class T>
 void Gpt2<T>::zero_grad() {
   std::fill(grads_.begin(), grads_.end(), T(0));
 }
@@ -307,6 +332,21 @@ T Gpt2<T>::forward(std::span<const int> tokens, std::span<const int> targets, in
   a.logits_valid = targets.empty();
   a.targets.assign(targets.begin(), targets.end());
 
+  capturing_ = capture_pending_ && a.has_targets;
+  if (capturing_) {
+    capture_pending_ = false;
+    capture_ = {};
+    capture_.head_ties.assign(capture_request_.count_ties ? std::size_t(config_.n_layer) : 0, {});
+    for (int l : capture_request_.layers) {
+      if (l < 0 || l >= config_.n_layer || attention_[std::size_t(l)].kind != AttentionKind::flash) continue;
+      LayerCapture c;
+      c.layer = l;
+      c.options = attention_[std::size_t(l)].options;
+      c.shape = {std::min(capture_request_.sequences, batch), config_.n_head, len, len, config_.head_dim()};
+      capture_.layers.push_back(std::move(c));
+    }
+  }
+
   const T eps = T(config_.layernorm_eps);
   auto opt = [&](int idx) -> const T* { return idx < 0 ? nullptr : param(std::size_t(idx)); };
   layers::embedding_forward(a.encoded.data(), a.tokens.data(), param(wte_), param(wpe_), batch, len, C);
@@ -360,8 +400,27 @@ void Gpt2<T>::forward_attention(int l, Activations& a, int batch, int len) {
         L.k16[n * C + c] = bf16::from_float(row[C + c]);
         L.v16[n * C + c] = bf16::from_float(row[2 * C + c]);
       }
-    attention::attention_forward(fused_args<attention::ForwardArgs>(L, batch, H, len, D), attention_[l].options);
+    auto args = fused_args<attention::ForwardArgs>(L, batch, H, len, D);
+    LayerCapture* cap = captured(l);
+    if (capturing_ && capture_request_.count_ties) {
+      capture_.head_ties[std::size_t(l)].assign(std::size_t(H), {});
+      args.head_ties = capture_.head_ties[std::size_t(l)].data();
+    }
+    if (cap && !args.o_residual) {  // written beside O, read by nobody but the probes
+      ensure(L.probe_residual16, std::size_t(N * C));
+      args.o_residual = L.probe_residual16.data();
+    }
+    attention::attention_forward(args, attention_[l].options);
     for (Index i = 0; i < N * C; ++i) L.atty[i] = L.o16[i].to_float();
+    if (cap) {
+      const int S = cap->shape.batch;
+      const auto tokens = std::size_t(S) * std::size_t(len) * std::size_t(C);  // the leading S sequences of [B, T, H, D]
+      cap->q.assign(L.q16.begin(), L.q16.begin() + tokens), cap->k.assign(L.k16.begin(), L.k16.begin() + tokens);
+      cap->v.assign(L.v16.begin(), L.v16.begin() + tokens), cap->o.assign(L.o16.begin(), L.o16.begin() + tokens);
+      cap->o_residual.assign(args.o_residual, args.o_residual + tokens);
+      cap->lse.assign(L.lse.begin(), L.lse.begin() + std::size_t(S) * H * len);  // [B, H, T]: leading S too
+      cap->x.assign(L.ln1.begin(), L.ln1.begin() + tokens);
+    }
   }
 }
 
@@ -382,6 +441,8 @@ void Gpt2<T>::backward_attention(int l, Activations& a, int batch, int len, cons
     args.d_o = a.d_o16.data();
     args.dq = a.dq16.data(), args.dk = a.dk16.data(), args.dv = a.dv16.data();
     attention::attention_backward(args, attention_[l].options);
+    if (LayerCapture* cap = captured(l))
+      cap->d_o.assign(a.d_o16.begin(), a.d_o16.begin() + std::size_t(cap->shape.batch) * std::size_t(len) * std::size_t(C));
 #pragma omp parallel for schedule(static)
     for (Index n = 0; n < N; ++n)
       for (int c = 0; c < C; ++c) {
@@ -449,6 +510,7 @@ void Gpt2<T>::backward(T loss_scale) {
   }
   layers::embedding_backward(grad(wte_), grad(wpe_), a.d_res.data(), a.tokens.data(), batch, len, C);
   // The probabilities were consumed; a second backward would be wrong.
+  capturing_ = false;
   a.has_targets = false;
   a.targets.clear();
 }

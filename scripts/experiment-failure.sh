@@ -42,6 +42,7 @@ recipe=(--set optim.name="$optimizer" --device cuda --quiet --steps "$steps" --s
   --set optim.lr=2e-3 --set optim.min_lr=1e-5 --set optim.warmup_steps=100 --set optim.decay_steps=600000
   --set optim.beta2=0.95 --set optim.weight_decay=0 --set optim.grad_clip=1.0
   --set train.val_every=250 --set train.val_batches=4 --set train.checkpoint_every=0 --set train.probe_every=25
+  --set probe.attention_every=25 --set probe.sigma_every=250
   --set attention.default.numerics=paper --set attention.default.tile_k=512)
 settings() {  # variant -> attention settings
   case "$1" in

@@ -8,10 +8,19 @@
 #include <vector>
 
 #include "engine.hpp"
+#include "probes.hpp"
 #include "stableflash/numerics/random.hpp"
 #include "stableflash/optim/optimizer.hpp"
 
 namespace stableflash::train {
+
+double BenchTrainResult::probe_share() const {
+  double share = 0;
+  if (wq_probe_ms >= 0 && probe_every > 0) share += wq_probe_ms / (double(probe_every) * ms_per_step);
+  if (attention_probe_ms >= 0 && attention_every > 0) share += attention_probe_ms / (double(attention_every) * ms_per_step);
+  if (sigma_probe_ms >= 0 && sigma_every > 0) share += sigma_probe_ms / (double(sigma_every) * ms_per_step);
+  return share;
+}
 
 BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptions& o) {
   config.validate();
@@ -104,6 +113,36 @@ BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptio
       engine->clip_grad_norm(config.optim.grad_clip);
       engine->optimizer_step(optim::learning_rate(config.optim, s));
     });
+  }
+  if (!world.distributed() && config.train.probe_every > 0) {
+    // A probed step against a plain one, each timed alone between synchronizations. The first
+    // probe starts the power iterations cold (a run's first probe does too): not timed.
+    TrainingProbes probes(config);
+    auto probed = [&](bool wq, bool sigma, bool attention) {
+      engine->zero_grad();
+      for (int micro = 0; micro < ts.grad_accum; ++micro) {
+        const MicroBatch& mb = batches[std::size_t(micro_index++ % 8)];
+        if (micro + 1 == ts.grad_accum) probes.request(*engine, attention);
+        engine->train_micro_batch(mb.inputs, mb.targets, B, T, 1.0f / float(ts.grad_accum), micro + 1 == ts.grad_accum);
+      }
+      StepMetrics m;
+      m.loss = engine->take_loss_sum() / ts.grad_accum;
+      engine->clip_grad_norm(config.optim.grad_clip);
+      engine->optimizer_step(optim::learning_rate(config.optim, s));
+      probes.measure(*engine, m, wq, sigma, attention);
+    };
+    probed(true, config.probe.sigma_every > 0, config.probe.attention_every > 0);
+    const double plain = median_ms([&] { r.last_loss = step(s++); });
+    r.wq_probe_ms = std::max(0.0, median_ms([&] { probed(true, false, false); }) - plain);
+    r.probe_every = config.train.probe_every;
+    if (config.probe.attention_every > 0) {
+      r.attention_probe_ms = std::max(0.0, median_ms([&] { probed(false, false, true); }) - plain);
+      r.attention_every = config.probe.attention_every;
+    }
+    if (config.probe.sigma_every > 0) {
+      r.sigma_probe_ms = std::max(0.0, median_ms([&] { probed(false, true, false); }) - plain);
+      r.sigma_every = config.probe.sigma_every;
+    }
   }
   r.ms_per_step = dt * 1e3;
   r.tokens_per_s = double(config.tokens_per_step()) / dt;

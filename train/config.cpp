@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -61,12 +62,37 @@ void parse(const std::string& s, const std::string& key, const std::string& src,
   else bad_value(src, key, s, "expected true or false");
 }
 void parse(const std::string& s, const std::string&, const std::string&, std::string& out) { out = s; }
+// A list of layer indices: "1,2,5", or "all" (stored as empty).
+void parse(const std::string& s, const std::string& key, const std::string& src, std::vector<int>& out) {
+  std::vector<int> v;
+  if (s != "all") {
+    std::size_t start = 0;
+    while (start <= s.size()) {
+      const std::size_t comma = std::min(s.find(',', start), s.size());
+      int x = 0;
+      try {
+        parse(s.substr(start, comma - start), key, src, x);
+      } catch (const std::invalid_argument&) {
+        bad_value(src, key, s, "expected `all` or layer indices separated by commas (e.g. 1,2)");
+      }
+      v.push_back(x);
+      start = comma + 1;
+    }
+  }
+  out = std::move(v);
+}
 
 std::string format(std::int64_t v) { return std::to_string(v); }
 std::string format(int v) { return std::to_string(v); }
 std::string format(std::uint64_t v) { return std::to_string(v); }
 std::string format(bool v) { return v ? "true" : "false"; }
 std::string format(const std::string& v) { return v; }
+std::string format(const std::vector<int>& v) {
+  if (v.empty()) return "all";
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
 std::string format(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.17g", v);  // round-trips exactly
@@ -122,6 +148,15 @@ const std::vector<Key>& keys() {
       SF_KEY("train.keep_checkpoints", train.keep_checkpoints),
       SF_KEY("train.deterministic", train.deterministic),
       SF_KEY("train.probe_every", train.probe_every),
+      SF_KEY("probe.layers", probe.layers),
+      SF_KEY("probe.attention_every", probe.attention_every),
+      SF_KEY("probe.sigma_every", probe.sigma_every),
+      SF_KEY("probe.sequences", probe.sequences),
+      SF_KEY("probe.rows", probe.rows),
+      SF_KEY("probe.spike_loss_factor", probe.spike_loss_factor),
+      SF_KEY("probe.spike_sigma_factor", probe.spike_sigma_factor),
+      SF_KEY("probe.spike_window", probe.spike_window),
+      SF_KEY("probe.spike_captures", probe.spike_captures),
       SF_KEY("data.dir", data.dir),
       SF_KEY("data.train_split", data.train_split),
       SF_KEY("data.val_split", data.val_split),
@@ -271,6 +306,18 @@ void TrainConfig::validate() const {
   need(train.checkpoint_every >= 0, "train.checkpoint_every must be >= 0 (0: only at the end)");
   need(train.keep_checkpoints >= 1, "train.keep_checkpoints must be >= 1");
   need(train.probe_every >= 0, "train.probe_every must be >= 0 (0: no probes)");
+  for (int l : probe.layers)
+    need(l >= 0 && l < model.n_layer, "probe.layers: layer " + std::to_string(l) + " does not exist (the model has " +
+                                          std::to_string(model.n_layer) + " layers, 0-" + std::to_string(model.n_layer - 1) + ")");
+  need(probe.sigma_every >= 0, "probe.sigma_every must be >= 0 (0: never)");
+  need(probe.attention_every >= 0, "probe.attention_every must be >= 0 (0: never)");
+  need(probe.sequences >= 1 && probe.sequences <= train.batch_size,
+       "probe.sequences must be in [1, train.batch_size = " + std::to_string(train.batch_size) + "]");
+  need(probe.rows >= 2, "probe.rows must be >= 2 (the similarity compares pairs of rows)");
+  need(probe.spike_loss_factor == 0 || probe.spike_loss_factor > 1, "probe.spike_loss_factor must be > 1 (0: off)");
+  need(probe.spike_sigma_factor == 0 || probe.spike_sigma_factor > 1, "probe.spike_sigma_factor must be > 1 (0: off)");
+  need(probe.spike_window >= 3, "probe.spike_window must be >= 3");
+  need(probe.spike_captures >= 0, "probe.spike_captures must be >= 0");
   need(!data.dir.empty(), "data.dir must name the folder of token shards");
   need(dist.zero_stage == 0 || dist.zero_stage == 1, "dist.zero_stage must be 0 (all-reduce) or 1 (ZeRO-1) (got " +
                                                          std::to_string(dist.zero_stage) + ")");
@@ -300,6 +347,13 @@ std::vector<model::LayerAttention> TrainConfig::layer_attention() const {
     out.push_back(resolve(s, "attention.layer." + std::to_string(l)));
   }
   return out;
+}
+
+std::vector<int> TrainConfig::probe_layers() const {
+  if (!probe.layers.empty()) return probe.layers;
+  std::vector<int> all(std::size_t(model.n_layer));
+  for (int l = 0; l < model.n_layer; ++l) all[std::size_t(l)] = l;
+  return all;
 }
 
 std::vector<std::string> preset_names() { return {"tiny", "gpt2-124m", "gpt2-350m"}; }
@@ -432,7 +486,8 @@ std::vector<std::string> resume_mismatches(const TrainConfig& ckpt, const TrainC
   for (const auto& [k, v] : ckpt.entries()) a[k] = v;
   for (const auto& [k, v] : run.entries()) b[k] = v;
   std::vector<std::string> out;
-  auto fixed = [&](const std::string& k) { return std::find(free_keys.begin(), free_keys.end(), k) == free_keys.end(); };
+  // The probes only read the run (train/probes.hpp): every probe.* key may change too.
+  auto fixed = [&](const std::string& k) { return !k.starts_with("probe.") && std::find(free_keys.begin(), free_keys.end(), k) == free_keys.end(); };
   for (const auto& [k, v] : a)
     if (fixed(k) && (!b.count(k) || b[k] != v)) out.push_back(k + ": checkpoint has " + v + ", this run has " + (b.count(k) ? b[k] : "(unset)"));
   for (const auto& [k, v] : b)

@@ -32,6 +32,10 @@ class CpuEngine final : public TrainingEngine {
     std::copy(p.begin(), p.end(), out.begin());
   }
 
+  std::span<const float> parameters_on_host() override { return model_.params(); }
+  void request_capture(const model::CaptureRequest& request) override { model_.request_capture(request); }
+  model::Capture take_capture() override { return model_.take_capture(); }
+
   void zero_grad() override { model_.zero_grad(); }
   void train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale, bool) override {
     loss_sum_ += double(model_.forward(tokens, targets, batch, len));

@@ -129,6 +129,13 @@ class CudaEngine final : public TrainingEngine {
     check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(model_.stream())), "cudaStreamSynchronize");
   }
 
+  std::span<const float> parameters_on_host() override {
+    model_.get_params(params_);  // synchronous: the probe step's weights after its update
+    return params_;
+  }
+  void request_capture(const model::CaptureRequest& request) override { model_.request_capture(request); }
+  model::Capture take_capture() override { return model_.take_capture(); }
+
   void zero_grad() override { model_.zero_grad(); }
   void train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale,
                          bool last) override {

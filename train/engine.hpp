@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "stableflash/model/attention_capture.hpp"
 #include "stableflash/train/checkpoint.hpp"
 #include "stableflash/train/config.hpp"
 #include "stableflash/train/distributed.hpp"
@@ -34,6 +35,13 @@ class TrainingEngine {
   virtual TrainingSnapshot snapshot() = 0;
   // Copies params[offset, offset + out.size()) to the host (the probes read single tensors).
   virtual void read_parameters(std::int64_t offset, std::span<float> out) = 0;
+  // All FP32 weights on the host (the CPU's own buffer; a host copy of the GPU's), valid until the
+  // next call on the engine: what the spectral-norm probe reads.
+  virtual std::span<const float> parameters_on_host() = 0;
+  // Probes (model/attention_capture.hpp): the next train_micro_batch keeps what `request` asks
+  // for; take_capture() (after it) hands it over. Never changes what the step computes.
+  virtual void request_capture(const model::CaptureRequest& request) = 0;
+  virtual model::Capture take_capture() = 0;
 
   virtual void zero_grad() = 0;
   // Forward and backward of one micro-batch: adds d(loss_scale * mean loss)/d(params) to the

@@ -13,8 +13,9 @@
 #include <optional>
 
 #include "engine.hpp"
+#include "probes.hpp"
+#include "spikes.hpp"
 #include "stableflash/data/atomic_file.hpp"
-#include "stableflash/diag/spectral.hpp"
 #include "stableflash/data/shards.hpp"
 #include "stableflash/optim/optimizer.hpp"
 #include "stableflash/train/checkpoint.hpp"
@@ -68,7 +69,7 @@ std::string metrics_line(const StepMetrics& m) {
     }
     s += "]";
   }
-  return s + "}\n";
+  return s + m.probe_fields + "}\n";
 }
 
 // Tokens of windows [first, first + count) into inputs/targets [count, T].
@@ -88,45 +89,6 @@ void fill_batch(const data::ShardSet& set, const std::vector<data::WindowStart>&
 struct StepBatch {
   std::vector<data::WindowStart> windows;
   std::vector<std::vector<int>> inputs, targets;
-};
-
-// Spectral norms of each layer's W_Q and of each of its heads' W_Q (the paper singles out heads):
-// W_Q is the first C columns of attn.c_attn.weight [C, 3C], head h its columns [h D, (h + 1) D).
-// Power iteration warm-started from the previous probe, until a round changes the estimate by at
-// most 1e-6 of itself (at most 200 rounds the first time, 50 after).
-class WqSpectralProbe {
- public:
-  explicit WqSpectralProbe(const model::Gpt2Config& c)
-      : C_(c.n_embd), H_(c.n_head), v_(std::size_t(c.n_layer)), v_head_(std::size_t(c.n_layer) * std::size_t(c.n_head)) {
-    for (const auto& t : model::parameter_layout(c))
-      if (t.name.ends_with("attn.c_attn.weight")) offsets_.push_back(t.offset);
-  }
-  // Reads every layer's c_attn weight (one copy each), then runs the layers' iterations in parallel.
-  void measure(TrainingEngine& engine, StepMetrics& m) {
-    const std::size_t n = std::size_t(C_) * 3 * C_, layers = offsets_.size();
-    const int D = C_ / H_;
-    buffer_.resize(n * layers);
-    for (std::size_t l = 0; l < layers; ++l) engine.read_parameters(offsets_[l], std::span<float>(buffer_).subspan(l * n, n));
-    m.wq_sigma.assign(layers, 0.0);
-    m.wq_sigma_heads.assign(layers, std::vector<double>(std::size_t(H_)));
-#pragma omp parallel for schedule(static)
-    for (std::size_t l = 0; l < layers; ++l) {
-      const float* wq = buffer_.data() + l * n;
-      m.wq_sigma[l] = diag::spectral_norm(wq, C_, C_, 3 * std::int64_t(C_), v_[l], rounds(v_[l]), kTolerance);
-      for (int h = 0; h < H_; ++h) {
-        auto& v = v_head_[l * std::size_t(H_) + std::size_t(h)];
-        m.wq_sigma_heads[l][std::size_t(h)] = diag::spectral_norm(wq + std::int64_t(h) * D, C_, D, 3 * std::int64_t(C_), v, rounds(v), kTolerance);
-      }
-    }
-  }
-
- private:
-  static constexpr double kTolerance = 1e-6;
-  static int rounds(const std::vector<double>& warm) { return warm.empty() ? 200 : 50; }
-  int C_, H_;
-  std::vector<std::int64_t> offsets_;
-  std::vector<std::vector<double>> v_, v_head_;
-  std::vector<float> buffer_;
 };
 
 std::unique_ptr<TrainingEngine> make_engine(const TrainConfig& config, const TrainOptions& options) {
@@ -271,7 +233,15 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
     return b;
   };
 
-  WqSpectralProbe wq_probe(config.model);
+  // Probes and the spike detector read the run (rank 0 only): their state continues on resume
+  // from the metrics kept up to the checkpoint.
+  TrainingProbes probes(config);
+  SpikeDetector spikes(config.probe);
+  int captures_written = 0;
+  if (writer && options.resume) {
+    probes.restore(run + "/metrics.jsonl");
+    spikes.restore(run + "/metrics.jsonl");
+  }
   Progress progress(options.progress && writer, state.step, ts.steps, config.tokens_per_step());
   TrainResult result;
   result.last_checkpoint = last_checkpoint;
@@ -311,9 +281,13 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
 
     engine->zero_grad();
     // Rank r takes micro-batches r, r + ranks, ...: the step's windows do not depend on the world size.
-    for (int micro = world.rank; micro < ts.grad_accum; micro += world.size)
+    const bool last = step + 1 == ts.steps;
+    for (int micro = world.rank; micro < ts.grad_accum; micro += world.size) {
+      const bool last_micro = micro + world.size >= ts.grad_accum;
+      if (writer && last_micro) probes.before_last_micro_batch(step, last, *engine);
       engine->train_micro_batch(batch.inputs[std::size_t(micro)], batch.targets[std::size_t(micro)], B, T, 1.0f / float(ts.grad_accum),
-                                micro + world.size >= ts.grad_accum);
+                                last_micro);
+    }
     if (engine->asynchronous() && step + 1 < ts.steps) prefetched = std::async(std::launch::async, load_step, step + 1);
     StepMetrics m;
     m.step = step;
@@ -333,12 +307,19 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
     engine->optimizer_step(m.lr);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     m.tokens_per_s = double(config.tokens_per_step()) / std::max(seconds, 1e-9);
-    const bool last = step + 1 == ts.steps;
     if (val_set && ((step + 1) % ts.val_every == 0 || last)) m.val_loss = validate_loss();
-    if (ts.probe_every > 0 && ((step + 1) % ts.probe_every == 0 || last)) wq_probe.measure(*engine, m);
+    if (writer) probes.after_step(step, last, *engine, m);
     if (writer) {
       metrics << metrics_line(m) << std::flush;
       if (!metrics) throw std::runtime_error(run + "/metrics.jsonl: write failed");
+      if (const auto why = spikes.check(m); why && captures_written < config.probe.spike_captures) {
+        const SpikeCapture c = write_spike_capture(run, config, step, *why, last_checkpoint, last_checkpoint_step);
+        ++captures_written;
+        m.capture_dir = c.dir;
+        if (options.progress)
+          std::fprintf(stderr, "\n  spike at step %lld: %s\n  capture: %s\n  replay:  %s\n", static_cast<long long>(step), why->c_str(),
+                       c.dir.c_str(), c.replay_command.c_str());
+      }
     }
     state.step = step + 1;
     state.last_loss = m.loss;

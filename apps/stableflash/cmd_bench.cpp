@@ -186,6 +186,19 @@ int run_train(const BenchTrainCommand& c) {
     std::printf("  per rank: peak memory [%s] GiB, waiting on communication [%s]%% of the step (rank 0: %.3f ms/step)\n",
                 list(r.peak_memory_gib_per_rank, "%.2f", 1.0).c_str(), list(r.communication_wait_share_per_rank, "%.1f", 100.0).c_str(),
                 r.communication_wait_ms);
+  if (r.wq_probe_ms >= 0) {
+    // A probe every N steps costs its ms once per N steps of ms_per_step.
+    auto share = [&](double ms, std::int64_t every) { return 100.0 * ms / (r.ms_per_step * double(every)); };
+    std::printf("  probes (each alone, over a plain step): W_Q norms %.2f ms = %.2f%% at train.probe_every = %lld", r.wq_probe_ms,
+                share(r.wq_probe_ms, r.probe_every), static_cast<long long>(r.probe_every));
+    if (r.attention_probe_ms >= 0)
+      std::printf("; attention capture %.2f ms = %.2f%% at probe.attention_every = %lld", r.attention_probe_ms,
+                  share(r.attention_probe_ms, r.attention_every), static_cast<long long>(r.attention_every));
+    if (r.sigma_probe_ms >= 0)
+      std::printf("; every matrix's norm %.2f ms = %.2f%% at probe.sigma_every = %lld", r.sigma_probe_ms, share(r.sigma_probe_ms, r.sigma_every),
+                  static_cast<long long>(r.sigma_every));
+    std::printf("; together %.2f%% of the training time\n", 100.0 * r.probe_share());
+  }
   if (!c.json.empty()) {
     std::ofstream out(c.json, std::ios::app);
     if (!out) throw std::runtime_error(c.json + ": cannot open for appending");
@@ -196,12 +209,14 @@ int run_train(const BenchTrainCommand& c) {
                   "\"loss\": %.6f, \"parameters\": %lld, \"forward_ms\": %.4f, \"forward_backward_ms\": %.4f, \"optimizer_ms\": %.4f, "
                   "\"communication_wait_ms\": %.4f, \"communication_wait_share\": %.5f, \"peak_mem_gib_per_rank\": [%s], "
                   "\"communication_wait_share_per_rank\": [%s], \"zero_stage\": %d, \"bucket_mb\": %g, "
+                  "\"wq_probe_ms\": %.4f, \"attention_probe_ms\": %.4f, \"sigma_probe_ms\": %.4f, \"probe_share\": %.5f, "
                   "\"method\": \"median of 5 windows\"}\n",
                   config.preset.c_str(), r.device.c_str(), r.ranks, config.train.batch_size, config.train.seq_len, config.train.grad_accum,
                   config.train.deterministic ? "true" : "false", r.ms_per_step, r.tokens_per_s, r.peak_memory_gib, r.mfu, r.last_loss,
                   static_cast<long long>(r.parameters), r.forward_ms, r.forward_backward_ms, r.optimizer_ms, r.communication_wait_ms,
                   r.communication_wait_share, list(r.peak_memory_gib_per_rank, "%.4f", 1.0).c_str(),
-                  list(r.communication_wait_share_per_rank, "%.5f", 1.0).c_str(), config.dist.zero_stage, config.dist.bucket_mb);
+                  list(r.communication_wait_share_per_rank, "%.5f", 1.0).c_str(), config.dist.zero_stage, config.dist.bucket_mb,
+                  r.wq_probe_ms, r.attention_probe_ms, r.sigma_probe_ms, r.probe_share());
     out << line;
   }
   return 0;

@@ -282,20 +282,30 @@ void forward(const ForwardArgs& a, const AttentionOptions& opt) {
       if (a.o_residual) p.tma_o_residual = tensor_map("o_residual", a.o_residual, s, s.heads, s.q_len, p.o_strides);
     }
   }
-  if (a.ties) {
-    p.counters = static_cast<DeviceTieCounters*>(workspace_alloc(sizeof(DeviceTieCounters), stream));
-    check_cuda(cudaMemsetAsync(p.counters, 0, sizeof(DeviceTieCounters), stream), "cudaMemsetAsync");
+  const bool counting = a.ties || a.head_ties;
+  const std::size_t counter_bytes = sizeof(DeviceTieCounters) * std::size_t(s.heads);
+  if (counting) {
+    p.counters = static_cast<DeviceTieCounters*>(workspace_alloc(counter_bytes, stream));
+    check_cuda(cudaMemsetAsync(p.counters, 0, counter_bytes, stream), "cudaMemsetAsync");
   }
   with_kernels(s.head_dim, opt.numerics, [&]<int D, bool kPaper>() { launch_forward<D, kPaper>(p, opt.policy, stream); });
-  if (a.ties) {
-    DeviceTieCounters c{};
-    check_cuda(cudaMemcpyAsync(&c, p.counters, sizeof c, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+  if (counting) {
+    std::vector<DeviceTieCounters> c(std::size_t(s.heads));
+    check_cuda(cudaMemcpyAsync(c.data(), p.counters, counter_bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
     workspace_free(p.counters, stream);
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     // Fully masked rows: causal with Tq > Tk leaves the first Tq - Tk rows without keys.
-    const std::int64_t masked = opt.causal && s.q_len > s.k_len ? std::int64_t(s.q_len - s.k_len) * s.batch * s.heads : 0;
-    *a.ties = TieCounts{s.rows(), std::int64_t(c.tie_event_rows), std::int64_t(c.repeated_max_rows),
-                        std::int64_t(c.fallback_rows), masked};
+    const std::int64_t masked_per_head = opt.causal && s.q_len > s.k_len ? std::int64_t(s.q_len - s.k_len) * s.batch : 0;
+    TieCounts total{s.rows(), 0, 0, 0, masked_per_head * s.heads};
+    for (int h = 0; h < s.heads; ++h) {
+      const DeviceTieCounters& d = c[std::size_t(h)];
+      const TieCounts head{std::int64_t(s.batch) * s.q_len, std::int64_t(d.tie_event_rows), std::int64_t(d.repeated_max_rows),
+                           std::int64_t(d.fallback_rows), masked_per_head};
+      total.tie_event_rows += head.tie_event_rows, total.repeated_max_rows += head.repeated_max_rows;
+      total.fallback_rows += head.fallback_rows;
+      if (a.head_ties) a.head_ties[h] = head;
+    }
+    if (a.ties) *a.ties = total;
   }
 }
 

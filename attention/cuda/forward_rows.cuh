@@ -616,9 +616,10 @@ struct ForwardRows {
           seen ? (kPaper ? paper::lse(l_row, m[mi][hf]) : fused::lse(l_row, m[mi][hf])) : kInf;
       if (events && seen) {
         const Events& ev = events[lrow0 + mi * 16 + 8 * hf];
-        if (ev.flags & kTieEvent) atomicAdd(&p.counters->tie_event_rows, 1ull);
-        if (ev.rep_count >= 2) atomicAdd(&p.counters->repeated_max_rows, 1ull);
-        if (ev.flags & kFellBack) atomicAdd(&p.counters->fallback_rows, 1ull);
+        DeviceTieCounters& c = p.counters[h_];  // one record per query head (entry.cu sums them)
+        if (ev.flags & kTieEvent) atomicAdd(&c.tie_event_rows, 1ull);
+        if (ev.rep_count >= 2) atomicAdd(&c.repeated_max_rows, 1ull);
+        if (ev.flags & kFellBack) atomicAdd(&c.fallback_rows, 1ull);
       }
     });
   }

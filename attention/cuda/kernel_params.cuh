@@ -34,7 +34,7 @@ struct ForwardParams {
   const std::uint16_t *q, *k, *v;  // BF16 bits; q [B, H, Tq, D], k, v [B, H_kv, Tk, D], any strides
   std::uint16_t *o, *o_residual;   // [B, H, Tq, D]; o_residual (may be null) shares o's strides
   float* lse;                      // [B, H, Tq]
-  DeviceTieCounters* counters;     // null: no counting (the fast path)
+  DeviceTieCounters* counters;     // [heads], one record per query head; null: no counting (the fast path)
   TensorStrides q_strides, k_strides, v_strides, o_strides;
   int batch, heads, q_len, k_len;
   int kv_group;  // query heads per K/V head: head h reads K/V head h / kv_group (1: multi-head)

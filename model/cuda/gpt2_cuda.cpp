@@ -117,6 +117,24 @@ struct Gpt2Cuda::Impl {
   ParametersNeeded parameters_needed;
   float* loss_host = nullptr;  // pinned
 
+  // Probes (request_capture): allocated on the first probe step that needs them.
+  CaptureRequest capture_request;
+  bool capturing = false;  // during the train_micro_batch after request_capture (never an eval forward)
+  Capture capture;
+  std::vector<std::vector<bf16>> capture_x16;          // [capture] ln_1's BF16 output, widened in take_capture
+  std::vector<DeviceArray<bf16_t>> probe_residual;     // [layer] O's rounding error where delta_source is not compensated
+  DeviceArray<bf16_t> count_o, count_residual;         // the counting forward's scratch outputs
+  DeviceArray<float> count_lse;
+  LayerCapture* captured(int l) {
+    if (!capturing) return nullptr;
+    for (auto& c : capture.layers)
+      if (c.layer == l) return &c;
+    return nullptr;
+  }
+  void begin_capture(int batch, int seq);
+  void count_ties(int l, const attention::ForwardArgs& trained);
+  void capture_forward(int l, LayerCapture& c, int seq);
+
   std::int64_t n_max() const { return std::int64_t(max_batch) * len; }
   float* param(std::int64_t off) { return params.get() + off; }
   bf16_t* param16(std::int64_t off) { return off < 0 ? nullptr : params16.get() + off; }
@@ -401,7 +419,15 @@ void Gpt2Cuda::Impl::forward(int batch, int seq) {
       a.o = reinterpret_cast<bf16*>(L.atty.get());
       a.lse = L.lse.get();
       a.o_residual = L.o_residual.empty() ? nullptr : reinterpret_cast<bf16*>(L.o_residual.get());
+      LayerCapture* cap = captured(l);
+      if (cap && !a.o_residual) {  // written beside O (same accumulator, O's bits unchanged), read by the probes only
+        auto& r = probe_residual[std::size_t(l)];
+        if (r.empty()) r = DeviceArray<bf16_t>(std::size_t(n_max() * C));
+        a.o_residual = reinterpret_cast<bf16*>(r.get());
+      }
       attention::attention_forward(a, flash_options(l));
+      if (capturing && capture_request.count_ties) count_ties(l, a);
+      if (cap) capture_forward(l, *cap, seq);
     } else {
       cuda::standard_attention_forward(*blas, {batch, H, seq, D, 3 * C}, L.qkv32.get(), L.qkv32.get() + C, L.qkv32.get() + 2 * C,
                                        L.probs.get(), o32.get());
@@ -496,6 +522,11 @@ void Gpt2Cuda::Impl::backward(int batch, int seq) {
       a.dk = a.dq + C, a.dv = a.dq + 2 * C;
       a.strides.q = a.strides.k = a.strides.v = a.strides.dq = a.strides.dk = a.strides.dv = qkv_strides(seq);
       attention::attention_backward(a, flash_options(l));
+      if (LayerCapture* cap = captured(l)) {
+        cap->d_o.resize(cap->q.size());
+        check_cuda(cudaMemcpyAsync(cap->d_o.data(), d_atty.get(), cap->d_o.size() * sizeof(bf16), cudaMemcpyDeviceToHost, stream),
+                   "cudaMemcpyAsync (probe dO)");
+      }
     } else {
       linear_backward(d_atty32.get(), nullptr, d_res16.get(), L.atty.get(), o.proj_w, o.proj_b, N, C, C);
       const float* q = L.qkv32.get();
@@ -515,12 +546,101 @@ void Gpt2Cuda::Impl::backward(int batch, int seq) {
   if (gradient_ready) gradient_ready(0, offsets[0].ln1_w);
 }
 
+static_assert(sizeof(bf16) == sizeof(bf16_t), "host and device BF16 share their bits");
+
+void Gpt2Cuda::Impl::begin_capture(int batch, int seq) {
+  capture = {};
+  capture_x16.clear();
+  probe_residual.resize(std::size_t(config.n_layer));
+  capture.head_ties.assign(capture_request.count_ties ? std::size_t(config.n_layer) : 0, {});
+  for (int l : capture_request.layers) {
+    if (l < 0 || l >= config.n_layer || !is_flash(l)) continue;
+    LayerCapture c;
+    c.layer = l;
+    c.options = attention[std::size_t(l)].options;
+    c.options.causal = true;
+    c.shape = {std::min(capture_request.sequences, batch), config.n_head, seq, seq, config.head_dim()};
+    capture.layers.push_back(std::move(c));
+  }
+  capture_x16.resize(capture.layers.size());
+}
+
+// A second forward of layer l's attention with the event counters on, into scratch outputs: the
+// training outputs stay those of the uncounted walk.
+void Gpt2Cuda::Impl::count_ties(int l, const attention::ForwardArgs& trained) {
+  const std::size_t nc = std::size_t(n_max() * config.n_embd);
+  if (count_o.empty()) {
+    count_o = DeviceArray<bf16_t>(nc), count_residual = DeviceArray<bf16_t>(nc);
+    count_lse = DeviceArray<float>(std::size_t(max_batch) * config.n_head * len);
+  }
+  attention::ForwardArgs c = trained;
+  c.o = reinterpret_cast<bf16*>(count_o.get());
+  c.lse = count_lse.get();
+  c.o_residual = trained.o_residual ? reinterpret_cast<bf16*>(count_residual.get()) : nullptr;
+  auto& heads = capture.head_ties[std::size_t(l)];
+  heads.assign(std::size_t(config.n_head), {});
+  c.head_ties = heads.data();
+  attention::attention_forward(c, flash_options(l));  // copies the counters back synchronously
+}
+
+// Host copies of the leading sequences of layer l's attention inputs and outputs, queued on the
+// stream (take_capture waits for them). [B, T, H, D] and [B, H, T] both start with sequence 0.
+void Gpt2Cuda::Impl::capture_forward(int l, LayerCapture& c, int seq) {
+  Layer& L = layers[std::size_t(l)];
+  const std::int64_t C = config.n_embd, NC = std::int64_t(c.shape.batch) * seq * C;
+  auto get = [&](std::vector<bf16>& out, const void* src, std::size_t n, const char* what) {
+    out.resize(n);
+    check_cuda(cudaMemcpyAsync(out.data(), src, n * sizeof(bf16), cudaMemcpyDeviceToHost, stream), what);
+  };
+  // q, k, v: the column blocks of the [N, 3C] product, C of every 3C values per token.
+  auto get_block = [&](std::vector<bf16>& out, int j, const char* what) {
+    out.resize(std::size_t(NC));
+    const std::size_t rows = std::size_t(c.shape.batch) * std::size_t(seq), width = std::size_t(C) * sizeof(bf16);
+    check_cuda(cudaMemcpy2DAsync(out.data(), width, L.qkv.get() + j * C, 3 * width, width, rows, cudaMemcpyDeviceToHost, stream), what);
+  };
+  get_block(c.q, 0, "cudaMemcpy2DAsync (probe q)");
+  get_block(c.k, 1, "cudaMemcpy2DAsync (probe k)");
+  get_block(c.v, 2, "cudaMemcpy2DAsync (probe v)");
+  get(c.o, L.atty.get(), std::size_t(NC), "cudaMemcpyAsync (probe o)");
+  const bf16_t* residual = L.o_residual.empty() ? probe_residual[std::size_t(l)].get() : L.o_residual.get();
+  get(c.o_residual, residual, std::size_t(NC), "cudaMemcpyAsync (probe residual)");
+  std::size_t index = 0;
+  while (&capture.layers[index] != &c) ++index;
+  get(capture_x16[index], L.ln1.get(), std::size_t(NC), "cudaMemcpyAsync (probe x)");
+  c.lse.resize(std::size_t(c.shape.batch) * c.shape.heads * seq);
+  check_cuda(cudaMemcpyAsync(c.lse.data(), L.lse.get(), c.lse.size() * sizeof(float), cudaMemcpyDeviceToHost, stream),
+             "cudaMemcpyAsync (probe lse)");
+}
+
+void Gpt2Cuda::request_capture(const CaptureRequest& request) {
+  impl_->capture_request = request;
+  impl_->capturing = false;
+  impl_->capture = {};
+}
+
+Capture Gpt2Cuda::take_capture() {
+  Impl& m = *impl_;
+  check_cuda(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize (probe capture)");
+  for (std::size_t i = 0; i < m.capture.layers.size(); ++i) {
+    auto& c = m.capture.layers[i];
+    c.x.resize(m.capture_x16[i].size());
+    for (std::size_t j = 0; j < c.x.size(); ++j) c.x[j] = m.capture_x16[i][j].to_float();
+  }
+  m.capture_request = {};
+  m.capturing = false;
+  m.capture_x16.clear();
+  return std::exchange(m.capture, Capture{});
+}
+
 void Gpt2Cuda::train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale) {
   Impl& m = *impl_;
   m.stage(tokens, targets, batch, len);
+  m.capturing = !m.capture_request.empty();
+  if (m.capturing) m.begin_capture(batch, len);
   m.forward(batch, len);
   m.classifier(batch, len, loss_scale, /*backward=*/true);
   m.backward(batch, len);
+  m.capturing = false;  // one micro-batch only
 }
 
 void Gpt2Cuda::eval_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len) {

@@ -139,6 +139,97 @@ def draw_wq_sigma_heads(runs):
     return fig
 
 
+def _flat(value):
+    """Numbers of a [layer][head] grid (null layers are NaN after loading), finite ones only."""
+    if isinstance(value, list):
+        return [x for v in value for x in _flat(v)]
+    return finite([value])
+
+
+def per_layer_panels(runs, key, ylabel, per_layer, log=False):
+    """One panel per run, one line per layer; per_layer(layer value) -> number (NaN: a gap)."""
+    fig, axes = panels(runs)
+    for run, ax in zip(runs, axes):
+        steps, grids = run.series(key)
+        layers = max(len(g) for g in grids)
+        for layer, color in zip(range(layers), colors(layers)):
+            values = [per_layer(g[layer]) if layer < len(g) else math.nan for g in grids]
+            ax.plot(steps, values, color=color, lw=1.0, marker="." if len(steps) < 40 else None, label=f"layer {layer}")
+        ax.set_title(run.name, fontsize=8)
+        if log:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=6, frameon=False)
+    fig.supxlabel("step", fontsize=9)
+    fig.supylabel(ylabel, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def mean_or_nan(value):
+    v = _flat(value)
+    return sum(v) / len(v) if v else math.nan
+
+
+def draw_sigma_all(runs):
+    """Every weight matrix's spectral norm: one panel per run, a line per matrix, coloured by kind."""
+    fig, axes = panels(runs)
+    kinds = ["wte", "wpe", "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
+    palette = dict(zip(kinds, colors(len(kinds))))
+    for run, ax in zip(runs, axes):
+        steps, tables = run.series("sigma")
+        names = sorted({n for t in tables for n in t})
+        seen = set()
+        for name in names:
+            kind = next((k for k in kinds if name == k or name.endswith("." + k)), name)
+            ax.plot(steps, [t.get(name, math.nan) for t in tables], color=palette.get(kind, "grey"), lw=0.8,
+                    marker="." if len(steps) < 40 else None, label=None if kind in seen else kind)
+            seen.add(kind)
+        ax.set_title(run.name, fontsize=8)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=6, frameon=False)
+    fig.supxlabel("step", fontsize=9)
+    fig.supylabel("spectral norm (a line per matrix)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def draw_ties(runs):
+    """Fractions of attention rows with a tie event (>= 2 exact P-bar = 1 in a tile, after the shift;
+    solid) and with a repeated maximum (dashed), over every counted layer and head: the paper's early
+    warning."""
+    fig, ax = plt.subplots(figsize=(10, 5.2))
+    for run, color in zip(runs, colors(len(runs))):
+        for key, style in (("tie_rows", "-"), ("repeated_max_rows", "--")):
+            steps, values = [], []
+            for row in run.rows:
+                if key in row and "attn_rows" in row:
+                    counts = _flat(row[key])
+                    heads = len(counts)
+                    steps.append(row["step"])
+                    values.append(sum(counts) / (heads * row["attn_rows"]) if heads and row["attn_rows"] else math.nan)
+            ax.plot(steps, values, color=color, ls=style, lw=1.0, label=f"{run.name} ({'tie events' if key == 'tie_rows' else 'repeated maxima'})")
+    ax.set_xlabel("step")
+    ax.set_ylabel("fraction of attention rows")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def draw_delta_sum(runs):
+    return per_layer_panels(runs, "delta_shadow_sum", "running sum of Σ(δ_used − δ_FP32 output)", lambda v: v)
+
+
+def draw_similarity(runs):
+    return per_layer_panels(runs, "rank1_similarity", "rank-1 terms' mean cosine (mean over heads)", mean_or_nan)
+
+
+def draw_max_logit(runs):
+    return overlay(runs, "max_logit", "largest attention logit (sampled rows)", reduce=lambda g: max(_flat(g), default=math.nan))[0]
+
+
 SERIES = [
     Series("loss", "loss", "Training loss", "Each step's loss before its update; runs overlaid.", draw_loss),
     Series("val_loss", "val_loss", "Validation loss", "The loss on the fixed validation windows.", draw_val_loss),
@@ -153,8 +244,16 @@ SERIES = [
            "One panel per run; one colour scale (log) for all panels.", draw_wq_sigma_heatmap),
     Series("wq_sigma_heads", "wq_sigma_heads", "W_Q spectral norm per head, last probe",
            "Layer × head of each run's last probe; one colour scale (log) for all panels.", draw_wq_sigma_heads),
-    # Recorded by later probes (issue 11, item 1); their key names are provisional until the
-    # trainer writes them, and each then needs a drawing function here.
-    Series("ties", "ties", "Rows with tied maxima over time", "", None),
-    Series("delta_running_sum", "delta_running_sum", "δ running sum (the paper's Fig. 5a)", "", None),
+    Series("sigma", "sigma_all", "Spectral norms of every weight matrix",
+           "One panel per run, a line per matrix (probe.sigma_every steps), coloured by kind; log scale.", draw_sigma_all),
+    Series("tie_rows", "ties", "Rows with tied maxima over time",
+           "The kernels' counters over every row of the probed micro-batch: tie events (solid) and repeated maxima (dashed).",
+           draw_ties),
+    Series("max_logit", "max_logit", "Largest attention logit", "Over every probed layer and head (sampled rows).", draw_max_logit),
+    Series("delta_shadow_sum", "delta_running_sum", "δ running sum (the paper's Fig. 5a)",
+           "Per layer, the running sum over probed steps of Σ(δ_used − δ of the unrounded output): a sum that keeps one sign is the bias.",
+           draw_delta_sum),
+    Series("rank1_similarity", "rank1_similarity", "Shared direction of the rank-1 terms (the paper's Fig. 4)",
+           "Per layer, the mean pairwise cosine of R_i = X_i (PK)_iᵀ over sampled tokens (mean over heads); 1: one shared direction.",
+           draw_similarity),
 ]

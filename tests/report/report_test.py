@@ -95,8 +95,28 @@ class Report(unittest.TestCase):
         self.assertRegex(page, r"rb3-hashed_compensated-seed1</a>.*<td>no</td></tr>")
         # Series the trainer does not record yet are named, not silently missing.
         self.assertIn("Not shown", page)
-        for key in ["wq_sigma_heads", "ties", "delta_running_sum"]:
+        for key in ["wq_sigma_heads", "tie_rows", "delta_shadow_sum", "rank1_similarity", "sigma"]:
             self.assertIn(f"<code>{key}</code>", page)
+
+    def test_renders_the_probes(self):
+        # A recorded run with every probe (tests/report/probe-run), overlaid on itself under another
+        # name, as two runs are compared.
+        probe_run = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe-run")
+        other = os.path.join(self.tmp, "probe-run-copy")
+        shutil.copytree(probe_run, other)
+        out = os.path.join(self.tmp, "out")
+        r = stableflash("report", probe_run, other, "-o", out)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(out, "index.html")) as f:
+            page = f.read()
+        for name in ["wq_sigma_heads", "sigma_all", "ties", "max_logit", "delta_running_sum", "rank1_similarity"]:
+            png = os.path.join(out, name + ".png")
+            self.assertTrue(os.path.exists(png), f"{name}.png not drawn\n{r.stdout}")
+            colours, non_white = distinct_colours(png)
+            self.assertGreater(colours, 50, f"{name}.png looks empty")
+            self.assertGreater(non_white, 0.02, f"{name}.png looks empty")
+            self.assertIn(f'<img src="{name}.png"', page)
+        self.assertNotIn("recorded, but the report has no drawing", page)
 
     def test_default_out_dir_and_missing_series(self):
         # Without wq_sigma and val_loss, those plots are skipped with a note.

@@ -117,6 +117,11 @@ struct ForwardArgs {
   float* lse = nullptr;      // [B, H, Tq], always head-major
   bf16* o_residual = nullptr;  // [B, H, Tq, D] with o's strides; required when delta_source == compensated
   TieCounts* ties = nullptr;   // optional event counters
+  // Optional, [heads]: the same counters per query head (the probes' layer x head statistics).
+  // Counting never changes the CPU's outputs; on the GPU a counting run walks keys in numerics
+  // tiles, which for `fused` with a policy that needs no tie count changes the shift decisions
+  // (cuda.hpp), so the trainer counts on the GPU in a separate forward into scratch outputs.
+  TieCounts* head_ties = nullptr;
   ForwardStrides strides;      // optional per-tensor strides; unset: packed in `layout`
 
   // The strides each tensor is addressed with (resolve_strides).

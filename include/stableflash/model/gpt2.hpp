@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "stableflash/attention/attention.hpp"
+#include "stableflash/model/attention_capture.hpp"
 
 namespace stableflash::model {
 
@@ -101,6 +102,12 @@ class Gpt2 {
   // The honest naive BF16 implementation that the CUDA trainer's error is judged against.
   void set_bf16_autocast(bool on);
 
+  // Probes: the next forward with targets and its backward keep what `request` asks for
+  // (attention_capture.hpp); take_capture() hands it over and clears the request. Capturing
+  // changes no output (the counters only count; the extra residual is written beside O).
+  void request_capture(const CaptureRequest& request);
+  Capture take_capture();
+
   void zero_grad();
   // Adds d(loss_scale * mean loss)/d(params) into grads() (gradient accumulation: call once per
   // micro-batch with loss_scale = 1/accumulation_steps). Needs a forward with targets.
@@ -119,6 +126,11 @@ class Gpt2 {
   std::vector<T> params_, grads_;
   std::unique_ptr<Activations> acts_;
   bool bf16_autocast_ = false;
+  CaptureRequest capture_request_;
+  bool capture_pending_ = false;  // the next forward with targets starts the capture...
+  bool capturing_ = false;        // ...which lasts until the end of its backward (a validation forward in between is not captured)
+  Capture capture_;
+  LayerCapture* captured(int layer);  // the layer's capture in progress, or null
   // The linear layers and the tied head, exact or with autocast's BF16 roundings.
   void linear(T* out, const T* x, const T* w, const T* b, std::int64_t n, int in, int out_features);
   void linear_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, std::int64_t n, int in, int out_features);

@@ -64,6 +64,14 @@ class Gpt2Cuda {
   // The sum of the mean losses since the last call (synchronizes), then resets it.
   double take_loss_sum();
 
+  // Probes (attention_capture.hpp), as Gpt2::request_capture: the next train_micro_batch keeps
+  // what `request` asks for (host copies queued on the stream); take_capture() waits for them and
+  // hands them over. The kernels' counters come from a second forward of each flash layer into
+  // scratch outputs: a counting run walks keys in numerics tiles, which would change a `fused`
+  // layer's output under a policy that needs no tie count (attention/cuda.hpp).
+  void request_capture(const CaptureRequest& request);
+  Capture take_capture();
+
   // Called during train_micro_batch's backward, in stream order, each time a range of grads() has
   // its final value for this micro-batch: ln_f, then each layer from the last to the first, then
   // the embeddings (wte, wpe). Data-parallel training starts each range's all-reduce there, so

@@ -43,6 +43,14 @@ struct BenchTrainResult {
   // Per rank, in rank order (one value for one process).
   std::vector<double> peak_memory_gib_per_rank, communication_wait_share_per_rank;
   std::int64_t parameters = 0;
+  // The probes' cost (single device only; train/probes.hpp), each the median over 7 tries of a
+  // step with that probe alone minus a plain step: the W_Q norms (every train.probe_every steps),
+  // the attention capture with its counters, row statistics, delta shadow and similarity (every
+  // probe.attention_every), every matrix's norm (every probe.sigma_every). -1: not measured.
+  double wq_probe_ms = -1, attention_probe_ms = -1, sigma_probe_ms = -1;
+  std::int64_t probe_every = 0, attention_every = 0, sigma_every = 0;
+  // The probes' share of the training time at those intervals: sum of ms / (interval x ms_per_step).
+  double probe_share() const;
 };
 
 BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptions& options);

@@ -38,10 +38,34 @@ struct TrainSettings {
   // replay. Off by default: it costs about 14% of a GPT-2 124M step (docs/benchmarks.md). The CPU
   // path is always deterministic.
   bool deterministic = false;
-  // Every N steps the spectral norm of each layer's W_Q (the paper's fast indicator) goes into
-  // metrics.jsonl as wq_sigma; 0: never.
+  // Every N steps the probes run (train/probes.hpp): spectral norms of every weight matrix and of
+  // each head's W_Q, W_K, W_V, W_O, and the attention statistics; 0: never.
   std::int64_t probe_every = 100;
   bool operator==(const TrainSettings&) const = default;
+};
+
+// The `probe.*` keys: what the probes look at beyond the spectral norms, and the spike detector.
+// None of them changes what a step computes (they may change on resume).
+struct ProbeSettings {
+  // Layers whose attention is captured for the statistics, the delta shadow and the similarity
+  // (flash layers only; `standard` layers have no BF16 q, k, v). Empty: every layer.
+  std::vector<int> layers;
+  // The attention probes (the kernels' tie counters, row statistics, delta shadow, similarity;
+  // all from one capture) every N steps (0: never).
+  std::int64_t attention_every = 200;
+  // Spectral norms of every weight matrix and of each head's W_K, W_V, W_O every N steps (0: never):
+  // a host power iteration over all weights, too slow for every probe step (docs/training.md).
+  std::int64_t sigma_every = 2000;
+  int sequences = 1;   // sequences of the step's last micro-batch that a capture keeps
+  int rows = 16;       // query rows per sequence and head the row statistics and similarity sample
+  // Spike detector: a loss above loss_factor x the median of the last `window` losses, or a
+  // spectral norm above sigma_factor x the median of its last `window` probes, writes a capture
+  // (RUN/captures/step_N) to replay the event; 0 turns a criterion off.
+  double spike_loss_factor = 1.5;
+  double spike_sigma_factor = 2.0;
+  int spike_window = 50;
+  int spike_captures = 3;  // at most this many captures per run (a diverged run spikes every step)
+  bool operator==(const ProbeSettings&) const = default;
 };
 
 struct DataSettings {
@@ -70,6 +94,7 @@ struct TrainConfig {
   TrainSettings train;
   DataSettings data;
   DistSettings dist;
+  ProbeSettings probe;
   AttentionSettings attention_default = recommended_attention();
   std::map<int, AttentionSettings> attention_layer;  // overrides by layer index
 
@@ -83,6 +108,8 @@ struct TrainConfig {
   void validate() const;
   // The attention of each layer, resolved from the defaults and the overrides.
   std::vector<model::LayerAttention> layer_attention() const;
+  // The layers the probes capture: probe.layers, or every layer when it is empty.
+  std::vector<int> probe_layers() const;
   // Tokens one optimizer step trains on.
   std::int64_t tokens_per_step() const { return std::int64_t(train.batch_size) * train.seq_len * train.grad_accum; }
 };

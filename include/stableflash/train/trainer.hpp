@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,12 @@ struct StepMetrics {
   std::optional<double> val_loss;  // after this step's update, when evaluated
   std::vector<double> wq_sigma;    // after this step's update, on probe steps: each layer's W_Q spectral norm
   std::vector<std::vector<double>> wq_sigma_heads;  // and each head's W_Q: [layer][head]
+  // The other probes' fields, as JSON text appended to the metrics line (train/probes.hpp;
+  // docs/training.md "Probes"), and the spectral norms measured this step by name (the spike
+  // detector's input: "h.L.wq" on every probe step, every matrix on probe.sigma_every's steps).
+  std::string probe_fields;
+  std::map<std::string, double> sigmas;
+  std::string capture_dir;  // set when the spike detector wrote a capture after this step
 };
 
 // Where the steps run. `automatic`: the GPU when this build has CUDA and one is visible, else the CPU.
