@@ -35,7 +35,7 @@ if [ "${1:-}" = "pack" ]; then
     { echo "pack: $peers_src/torch_peers.py is missing (the PyTorch peer script; STABLEFLASH_PEERS_SRC names its folder)" >&2; exit 1; }
   mkdir -p "$BIN" "$PEERS"
   bins="build-cuda/stableflash build-cuda/tests/attention_gpu/attention_gpu_tests build-cuda/tests/model_gpu/model_gpu_tests
-        build-cuda/tests/optim_gpu/optim_gpu_tests build-cuda/tests/train_gpu/train_gpu_tests"
+        build-cuda/tests/optim_gpu/optim_gpu_tests build-cuda/tests/train_gpu/train_gpu_tests build-cuda/tests/train_gpu/train_probes_gpu_tests"
   cp $bins "$BIN"/
   for b in $bins; do strip "$BIN/$(basename "$b")" 2>/dev/null || true; done
   # shared libraries the GPU image may lack (CUDA runtime, cuBLASLt, toml++, pcre2, zstd, OpenMP); the
@@ -266,7 +266,7 @@ EOF
 fi
 
 if [ $train = 1 ] && [ $train_single = 1 ]; then
-  for suite in model_gpu_tests optim_gpu_tests train_gpu_tests; do
+  for suite in model_gpu_tests optim_gpu_tests train_gpu_tests train_probes_gpu_tests; do
     step "GPU tests: $suite"
     timeout 300 "$BIN/$suite" --gtest_brief=1 >"$OUT/$suite.log" 2>&1
     rc=$?
