@@ -113,7 +113,9 @@ TEST_P(StridedGpu, EqualsThePackedGpuRunBitForBit) {
   EXPECT_TRUE(same_bits(strided.residual, packed.residual)) << "o_residual";
   EXPECT_TRUE(same_bits(strided.lse, packed.lse)) << "lse";
   EXPECT_TRUE(same_bits(strided.delta, packed.delta)) << "delta";
-  EXPECT_TRUE(same_bits(strided.dq, packed.dq)) << "dq";
+  // dQ is summed with atomics unless the backward is deterministic: two runs of the same layout may
+  // differ in its last bits, so it is compared bit for bit in deterministic cases only.
+  if (c.deterministic) EXPECT_TRUE(same_bits(strided.dq, packed.dq)) << "dq";
   EXPECT_TRUE(same_bits(strided.dk, packed.dk)) << "dk";
   EXPECT_TRUE(same_bits(strided.dv, packed.dv)) << "dv";
 }
@@ -124,6 +126,7 @@ std::vector<StridedCase> strided_cases() {
     for (int d : {64, 128}) {
       out.push_back({{2, 4, 300, 300, d}, "interleaved", n, /*causal=*/true, /*deterministic=*/false});
       out.push_back({{2, 3, 200, 333, d}, "transposed", n, /*causal=*/false, /*deterministic=*/false});
+      out.push_back({{2, 3, 200, 333, d}, "transposed", n, /*causal=*/false, /*deterministic=*/true});
     }
   out.push_back({{2, 4, 300, 300, 128}, "interleaved", Numerics::fused, /*causal=*/true, /*deterministic=*/true});
   out.push_back({{1, 3, 257, 130, 64}, "transposed", Numerics::fused, /*causal=*/true, /*deterministic=*/true});

@@ -52,7 +52,7 @@ struct ProbeSettings {
   std::vector<int> layers;
   // The attention probes (the kernels' tie counters, row statistics, delta shadow, similarity;
   // all from one capture) every N steps (0: never).
-  std::int64_t attention_every = 200;
+  std::int64_t attention_every = 500;
   // Spectral norms of every weight matrix and of each head's W_K, W_V, W_O every N steps (0: never):
   // a host power iteration over all weights, too slow for every probe step (docs/training.md).
   std::int64_t sigma_every = 2000;
