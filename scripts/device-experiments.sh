@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# On a GPU machine with two GPUs: two sets of the failure experiment side by side, one per GPU
+# (scripts/experiment-failure.sh), then one archive of their tables and metrics in $OUT (the GPU
+# machine returns few files). Arguments: two quoted argument lists for experiment-failure.sh.
+#   scripts/device-experiments.sh "--round-bits 2 --seeds '2 3'" "--optimizer muon --seeds 1"
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
+OUT=${OUT:-/tmp/stableflash-experiments}
+mkdir -p "$OUT"
+[ -d "$BIN" ] || { mkdir -p "$BIN" && tar -C "$BIN" -xJf "$BIN.tar.xz"; }
+[ -d .deps/corpus/shards ] || { mkdir -p .deps/corpus && tar -C .deps/corpus -xJf .deps/corpus-pack/shards.tar.xz; }
+image_libs=$(python3 -c 'import nvidia, os; r = os.path.dirname(nvidia.__path__[0]); print(":".join(os.path.join(r, "nvidia", d, "lib") for d in ("cublas", "nccl", "cu13")))' 2>/dev/null)
+export LD_LIBRARY_PATH="$PWD/$BIN:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+runs=$(mktemp -d)
+gpu=0
+for args in "$@"; do
+  eval "set -- $args"
+  CUDA_VISIBLE_DEVICES=$gpu STABLEFLASH_BIN=$BIN/stableflash OUT=$runs/gpu$gpu bash scripts/experiment-failure.sh "$@" >"$runs/gpu$gpu.log" 2>&1 &
+  gpu=$((gpu + 1))
+done
+wait
+cat "$runs"/gpu*.log
+# metrics and tables only (checkpoints stay behind)
+(cd "$runs" && tar -cf - $(find . -name metrics.jsonl -o -name 'table-*.md' -o -name '*.log') | xz -6 >"$OUT/experiments.tar.xz")
