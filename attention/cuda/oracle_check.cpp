@@ -92,7 +92,7 @@ std::string OracleCheck::describe() const {
 }
 
 OracleCheck check_against_oracle(const AttentionShape& s, Layout layout, const AttentionOptions& options,
-                                 std::uint64_t seed, double logit_scale, double paper_ulps) {
+                                 std::uint64_t seed, double logit_scale, double paper_ulps, const Kernels& kernels) {
   AttentionOptions cpu = options, gpu = options;
   cpu.device = Device::cpu, gpu.device = Device::cuda;
   const auto nq = std::size_t(s.q_elements()), nk = std::size_t(s.k_elements()), rows = std::size_t(s.rows());
@@ -111,12 +111,12 @@ OracleCheck check_against_oracle(const AttentionShape& s, Layout layout, const A
     ForwardArgs fa;
     fa.shape = s, fa.layout = layout, fa.q = q.data(), fa.k = k.data(), fa.v = v.data();
     fa.o = out.o.data(), fa.lse = out.lse.data(), fa.o_residual = residual ? out.r.data() : nullptr;
-    on_gpu ? forward_from_host(fa, opt) : attention_forward(fa, opt);
+    on_gpu ? forward_from_host(fa, opt, kernels) : attention_forward(fa, opt);
     BackwardArgs ba;
     ba.shape = s, ba.layout = layout, ba.q = q.data(), ba.k = k.data(), ba.v = v.data(), ba.o = out.o.data();
     ba.lse = out.lse.data(), ba.o_residual = fa.o_residual, ba.d_o = d_o.data();
     ba.dq = out.dq.data(), ba.dk = out.dk.data(), ba.dv = out.dv.data();
-    on_gpu ? backward_from_host(ba, opt) : attention_backward(ba, opt);
+    on_gpu ? backward_from_host(ba, opt, kernels) : attention_backward(ba, opt);
     return out;
   };
   const Run g = run(gpu, true);
