@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "stableflash/attention/cuda.hpp"
+#include "stableflash/attention/error_bound.hpp"
 #include "stableflash/numerics/exact_ops.hpp"
 #include "stableflash/numerics/random.hpp"
 
@@ -46,7 +47,7 @@ OracleTensorCheck fused_check(const char* name, const std::vector<bf16>& gpu, co
   c.name = name;
   c.elements = std::int64_t(gpu.size());
   c.err = max_abs_diff(gpu, ref, &c.nonfinite);
-  c.bound = factor * max_abs_diff(naive, ref, nullptr) + bf16_ulp(max_abs(ref));
+  c.bound = error_bound(max_abs_diff(naive, ref, nullptr), max_abs(ref), factor);
   for (std::size_t i = 0; i < gpu.size(); ++i) c.differing += gpu[i].bits != bf16_from_double(ref[i]).bits;
   return c;
 }
@@ -139,8 +140,10 @@ OracleCheck check_against_oracle(const AttentionShape& s, Layout layout, const A
   ba.d_o = d_o.data(), ba.dq = ndq.data(), ba.dk = ndk.data(), ba.dv = ndv.data();
   naive_bf16_backward(ba, cpu);
   const ReferenceBackward rb = reference_backward(ba, cpu);
-  check.tensors = {fused_check("o", g.o, naive_o, ref.o, 2.0), fused_check("dq", g.dq, ndq, rb.dq, 3.0),
-                   fused_check("dk", g.dk, ndk, rb.dk, 3.0), fused_check("dv", g.dv, ndv, rb.dv, 3.0)};
+  check.tensors = {fused_check("o", g.o, naive_o, ref.o, kOutputBoundFactor),
+                   fused_check("dq", g.dq, ndq, rb.dq, kGradientBoundFactor),
+                   fused_check("dk", g.dk, ndk, rb.dk, kGradientBoundFactor),
+                   fused_check("dv", g.dv, ndv, rb.dv, kGradientBoundFactor)};
   return check;
 }
 
