@@ -34,7 +34,7 @@ if [ "${1:-}" = "pack" ]; then
   [ -f "$peers_src/torch_peers.py" ] ||
     { echo "pack: $peers_src/torch_peers.py is missing (the PyTorch peer script; STABLEFLASH_PEERS_SRC names its folder)" >&2; exit 1; }
   mkdir -p "$BIN" "$PEERS"
-  bins="build-cuda/stableflash build-cuda/tests/attention_gpu/attention_gpu_tests build-cuda/tests/model_gpu/model_gpu_tests
+  bins="build-cuda/stableflash build-cuda/kernel_lab build-cuda/tests/attention_gpu/attention_gpu_tests build-cuda/tests/model_gpu/model_gpu_tests
         build-cuda/tests/optim_gpu/optim_gpu_tests build-cuda/tests/train_gpu/train_gpu_tests build-cuda/tests/train_gpu/train_probes_gpu_tests"
   cp $bins "$BIN"/
   for b in $bins; do strip "$BIN/$(basename "$b")" 2>/dev/null || true; done
@@ -216,12 +216,13 @@ if [ $bench = 1 ]; then
     --delta-source rounded --json "$OUT/ours-paper.jsonl" | tee "$OUT/ours-paper.txt" || status=1
   "$BIN"/stableflash bench attention --shapes "16x12x1024x64:causal,8x16x4096x128:causal" --numerics fused --policy standard \
     --delta-source exact --json "$OUT/ours-exact.jsonl" | tee "$OUT/ours-exact.txt" || status=1
-  STABLEFLASH_FORWARD_KERNEL=mma STABLEFLASH_BACKWARD_KERNEL=mma "$BIN"/stableflash bench attention --shapes "$shapes" --numerics fused --policy standard \
+  # the comparison kernels live in the kernel lab (attention/cuda/lab), not in the library
+  "$BIN"/kernel_lab --forward-kernel mma --backward-kernel mma --shapes "$shapes" --numerics fused --policy standard \
     --delta-source rounded --no-check --json "$OUT/mma-sync-fused.jsonl" | tee "$OUT/mma-sync-fused.txt" || status=1
   sed -i 's/"numerics": "fused"/"numerics": "fused (mma.sync)"/' "$OUT/mma-sync-fused.jsonl"
   # the D = 128 forward without warp specialization (one warpgroup per 64 rows), for comparison; the
   # oracle check also covers that path, which the GPU tests (default kernels) do not take at D = 128
-  STABLEFLASH_FORWARD_KERNEL=wgmma-1wg "$BIN"/stableflash bench attention --shapes "8x16x4096x128:causal,2x16x16384x128:causal" \
+  "$BIN"/kernel_lab --forward-kernel wgmma-1wg --shapes "8x16x4096x128:causal,2x16x16384x128:causal" \
     --numerics fused --policy hashed_offset --delta-source compensated --json "$OUT/one-wg-fused.jsonl" | tee "$OUT/one-wg-fused.txt" || status=1
   sed -i 's/"numerics": "fused"/"numerics": "fused (1-warpgroup fwd)"/' "$OUT/one-wg-fused.jsonl"
   cat "$OUT"/ours-*.jsonl "$OUT/mma-sync-fused.jsonl" "$OUT/one-wg-fused.jsonl" >"$OUT/ours.jsonl"

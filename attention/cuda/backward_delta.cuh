@@ -135,24 +135,8 @@ __global__ void __launch_bounds__(128) delta_exact_kernel(const __grid_constant_
   }
 }
 
-// dQ = BF16(acc * scale) (fused: the scale multiplies the FP32 product; paper's dS carries it).
-template <int D>
-__global__ void __launch_bounds__(256) dq_convert_kernel(const __grid_constant__ BackwardParams p, float product_scale) {
-  const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // 4 elements each
-  const std::int64_t n = std::int64_t(p.batch) * p.heads * p.q_len * D / 4;
-  if (idx >= n) return;
-  const std::int64_t e = idx * 4, row = e / D;
-  const int d = int(e % D), i = int(row % p.q_len), hh = int(row / p.q_len % p.heads);
-  const int bb = int(row / (std::int64_t(p.q_len) * p.heads));
-  const float4 a = __ldcs(reinterpret_cast<const float4*>(p.dq_accum) + idx);
-  uint2 out;
-  out.x = pack_bf16x2(mul_rn(a.x, product_scale), mul_rn(a.y, product_scale));
-  out.y = pack_bf16x2(mul_rn(a.z, product_scale), mul_rn(a.w, product_scale));
-  *reinterpret_cast<uint2*>(p.dq + p.dq_strides.head(bb, hh) + i * p.dq_strides.t + d) = out;
-}
-
-
-// The same from the wgmma kernel's fragment-ordered workspace (DqFragmentOrder): each thread
+// dQ = BF16(acc * scale) (fused: the scale multiplies the FP32 product; paper's dS carries it), from
+// the wgmma kernel's fragment-ordered workspace (DqFragmentOrder): each thread
 // converts one float4 = two dims of two rows (16 warp + g, + 8); padding rows past Tq are skipped.
 template <int D>
 __global__ void __launch_bounds__(256) dq_convert_fragments_kernel(const __grid_constant__ BackwardParams p,

@@ -1,10 +1,10 @@
 // Flash-attention backward for sm_90a with warpgroup MMA (wgmma) and bulk tensor copies, in
-// `fused` or `paper` numerics: backward_kernel.cuh's algorithm with the five products on the
+// `fused` or `paper` numerics: the mma.sync kernel's algorithm (kernel lab, lab/backward_mma_kernel.cuh) with the five products on the
 // tensor cores' asynchronous path. A CTA is two warpgroups owning 128 keys of one (b, h), 64 each
 // (16 per warp, the m64 of a wgmma), and walks the query blocks of 64 that see them; the two
 // warpgroups share each block's Q, dO, so every copy serves 128 keys. Per warpgroup and block:
 //   S^T = K Q^T, dP^T = V dO^T        wgmma, A and B from shared memory (K-major)
-//   P, dS (rounding points)           probs_and_dscores (backward_kernel.cuh) on the fragments
+//   P, dS (rounding points)           probs_and_dscores (backward_common.cuh) on the fragments
 //   dV += P^T dO, dK += dS^T Q        wgmma, A = P^T / dS^T from registers, B = dO / Q (MN-major)
 //   dQ                                wgmma, A = dS read as the transpose of the stored dS^T
 //                                     tiles, B = K (both MN-major); see below
@@ -22,7 +22,7 @@
 
 #include <cstdint>
 
-#include "backward_kernel.cuh"
+#include "backward_common.cuh"
 #include "kernel_params.cuh"
 #include "stableflash/attention/rounding_points.hpp"
 #include "tma.cuh"
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     fence_registers(st);
     fence_registers(dpt);
 
-    // ---- P and dS at the mode's rounding points (backward_kernel.cuh's element mapping):
+    // ---- P and dS at the mode's rounding points (backward_common.cuh's element mapping):
     // element (nq, e) is key group_k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
     const float* s_lse = s_rowvals + (wg * 2 + slot) * 2 * BQ;
     const float* s_delta = s_lse + BQ;

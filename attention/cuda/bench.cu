@@ -79,7 +79,7 @@ double per_call_ms(const std::function<void()>& fn, cudaStream_t stream, double 
 }  // namespace
 
 BenchTiming bench(const AttentionShape& s, Layout layout, const AttentionOptions& options, std::uint64_t seed,
-                  double warmup_s, int windows, double min_window_ms) {
+                  double warmup_s, int windows, double min_window_ms, const Kernels& kernels) {
   AttentionOptions opt = options;
   opt.device = Device::cuda;
   check_supported(s, opt);
@@ -104,8 +104,8 @@ BenchTiming bench(const AttentionShape& s, Layout layout, const AttentionOptions
   ba.dq = reinterpret_cast<bf16*>(dq.ptr), ba.dk = reinterpret_cast<bf16*>(dk.ptr), ba.dv = reinterpret_cast<bf16*>(dv.ptr);
 
   BenchTiming t;
-  t.fwd_ms = per_call_ms([&] { forward(fa, opt); }, stream, warmup_s, windows, min_window_ms, &t.calls_per_window_fwd);
-  t.bwd_ms = per_call_ms([&] { backward(ba, opt); }, stream, warmup_s, windows, min_window_ms, &t.calls_per_window_bwd);
+  t.fwd_ms = per_call_ms([&] { kernels.forward(fa, opt); }, stream, warmup_s, windows, min_window_ms, &t.calls_per_window_fwd);
+  t.bwd_ms = per_call_ms([&] { kernels.backward(ba, opt); }, stream, warmup_s, windows, min_window_ms, &t.calls_per_window_bwd);
   check_cuda(cudaStreamSynchronize(stream), "bench");
   return t;
 }

@@ -1,4 +1,5 @@
-// Per-row state of the forward kernel (forward_kernel.cuh) and the walk over key sub-tiles.
+// Per-row state of the forward kernels (forward_wgmma_kernel.cuh, forward_ws_kernel.cuh; the lab's
+// mma.sync forward) and the walk over key sub-tiles.
 // A thread holds 2 * kRowTiles rows (rows g and g + 8 of each 16-row tile); the four threads of a
 // quad hold the same rows, each a quarter of the columns, so row reductions are two shuffles.
 #pragma once
@@ -8,6 +9,7 @@
 
 #include "kernel_params.cuh"
 #include "paper_pairs.cuh"
+#include "plan.hpp"
 #include "stableflash/attention/rounding_points.hpp"
 #include "stableflash/attention/shift_policies.hpp"
 #include "warp_mma.cuh"
@@ -55,9 +57,9 @@ struct KeyWalk {
 
 // The keys a CTA of query rows [m0, m0 + BQ) walks: all keys some row sees (n_keys), the last key
 // its first row sees (sub-tiles reaching past it need the mask), and the walk. Numerics tiles of
-// tile_k with a pre-pass where the shift needs a whole tile's maximum (kMultiPass) and in
-// diagnostics runs (event counters: their tie counts then mean the CPU's); else one step, and one
-// shift, per BK-key sub-tile.
+// tile_k with a pre-pass where the plan says so (ForwardWalk::units; always where the
+// instantiation cannot take the fast path, kMultiPass, which lets the compiler fold the test);
+// else one step, and one shift, per BK-key sub-tile.
 struct CtaKeys {
   int n_keys, min_last;
   KeyWalk walk;
@@ -67,7 +69,7 @@ __device__ __forceinline__ CtaKeys cta_keys(const ForwardParams& p, int m0) {
   const bool causal = p.causal != 0;
   const int cta_last_row = min(m0 + BQ, p.q_len) - 1;
   const int n_keys = max(0, last_key(cta_last_row, p.q_len, p.k_len, causal) + 1);
-  const bool multi_pass = kMultiPass || p.counters != nullptr;
+  const bool multi_pass = kMultiPass || p.walk == static_cast<int>(ForwardWalk::units);
   const int unit = multi_pass ? p.tile_k : BK;
   return {n_keys, last_key(m0, p.q_len, p.k_len, causal), KeyWalk{n_keys, unit, unit / BK, multi_pass}};
 }

@@ -1,7 +1,7 @@
 // Flash-attention forward for sm_90a with warpgroup MMA (wgmma.mma_async, wgmma.cuh), in `fused`
 // or `paper` numerics (Traits::kPaper) with any shift policy (template parameter). The key walk,
-// the per-row softmax state and every rounding point are forward_kernel.cuh's (ForwardRows); only
-// the two products differ: S = Q K^T with both operands read by the tensor cores from shared
+// the per-row softmax state and every rounding point are forward_rows.cuh's (ForwardRows), shared
+// with the kernel lab's mma.sync forward; only the two products differ: S = Q K^T with both operands read by the tensor cores from shared
 // memory, and O += P V with P from registers, one m64 instruction per 16 keys for the whole
 // warpgroup instead of 2 x D/8 mma.sync per warp.
 //
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   constexpr int D = Traits::kHeadDim, BQ = Traits::kBlockQ, BK = Traits::kBlockK;
   constexpr int MR = Traits::kRowTiles, NT = Traits::kKeyTiles, DT = Traits::kDimTiles;
   constexpr bool kPaper = Traits::kPaper;
-  constexpr bool kMultiPass = kPaper || Policy::needs_near_max_count;
+  constexpr bool kMultiPass = !kFastPathInstantiable<kPaper, Policy>;
   using Rows = ForwardRows<Traits, Policy>;
   static_assert(MR == 1 && BQ == 64 && Traits::kThreads == 128, "one warpgroup, 16 rows per warp");
   static_assert(Traits::kSmemQ % 1024 == 0 && Traits::kSmemKV % 1024 == 0, "SW128 atoms are 1024-byte aligned");
@@ -204,7 +204,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   const CtaKeys keys = cta_keys<BQ, BK, kMultiPass>(p, m0);
   const KeyWalk& walk = keys.walk;
   const int n_keys = keys.n_keys, min_last = keys.min_last;
-  const bool multi_pass = walk.multi_pass;
   const int total = walk.total_steps();
 
   const auto finish = [&](const Rows& done) {
@@ -236,10 +235,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
     mbar_fence_init();
   }
   __syncthreads();
-  // The fused fast path (one shift per 64-key sub-tile, no counters) overlaps each sub-tile's
-  // softmax with the previous sub-tile's P-bar * V on the tensor cores.
+  // The fused fast path (the plan's ForwardWalk::pipelined: one shift per step, no counters)
+  // overlaps each step's softmax with the previous step's P-bar * V on the tensor cores.
   if constexpr (!kMultiPass) {
-    if (!multi_pass && !p.serial_walk) {
+    if (p.walk == static_cast<int>(ForwardWalk::pipelined)) {
       if (threadIdx.x == 0) load_tile<D, 64>(&p.tma_q, s_q, m0, h, b, bars);
       mbar_wait(bars, 0);
       constexpr int BKF = Traits::kFastBlockK;

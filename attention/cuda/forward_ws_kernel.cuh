@@ -94,7 +94,7 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const Prod
 
 template <class Traits, class Policy>
 __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kernel(const __grid_constant__ ForwardParams p) {
-  static_assert(!Traits::kPaper && !Policy::needs_near_max_count, "the fast path only");
+  static_assert(kFastPathInstantiable<Traits::kPaper, Policy>, "the fast path only");
   constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK;
   using Rows = ForwardRows<Traits, Policy>;
 

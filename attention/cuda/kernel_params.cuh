@@ -1,5 +1,6 @@
 // Plain-data kernel parameters and tile traits of the attention kernels. Host code fills the
-// params from ForwardArgs/BackwardArgs + AttentionOptions (launch_*.cu); the kernels only read them.
+// params from ForwardArgs/BackwardArgs + AttentionOptions and the plan (entry.cu); the kernels only
+// read them. The kernel lab's mma.sync traits are in lab/mma_traits.cuh.
 #pragma once
 
 #include <cuda.h>
@@ -44,7 +45,7 @@ struct ForwardParams {
   int round_bits;  // 1..7
   int normalizer_bf16;
   PolicyParams policy;
-  int serial_walk;   // wgmma kernel, fused fast path: 1 = no softmax / P V overlap (for comparison)
+  int walk;          // ForwardWalk (plan.hpp): the plan's walk over the keys
   int store_by_tma;  // wgmma kernel: o (and o_residual) written by bulk copies (tma_o*); 0: element-wise
 };
 
@@ -86,33 +87,6 @@ __host__ __device__ inline int last_key(int i, int q_len, int k_len, bool causal
   const int last = i + k_len - q_len;
   return last < k_len - 1 ? last : k_len - 1;
 }
-
-// Forward tiles. Each warp owns 16 * kRowTiles query rows; keys are walked in sub-tiles of 64.
-// `paper` numerics carry three D-wide row vectors (BF16 O, the tile's FP32 P-bar*V, the FP32
-// shadow for `compensated`), so it uses one 16-row tile per warp to stay within registers.
-template <int kHeadDim_, bool kPaper_>
-struct ForwardTraits {
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr bool kPaper = kPaper_;
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kRowTiles = kPaper ? 1 : 2;
-  static constexpr int kBlockQ = kWarps * 16 * kRowTiles;
-  static constexpr int kBlockK = 64;
-  // CTAs per SM the register budget is sized for (__launch_bounds__): paper's one row tile per warp
-  // fits three (<= 168 registers); fused keeps 2 row tiles of accumulators and fits two at D = 64.
-  static constexpr int kMinBlocks = kPaper ? (kHeadDim == 64 ? 3 : 2) : (kHeadDim == 64 ? 2 : 1);
-  static constexpr int kKeyTiles = kBlockK / 8;   // n-tiles of S per row tile
-  static constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O per row tile
-  static constexpr int kSmemQ = kBlockQ * kHeadDim * 2;
-  static constexpr int kSmemKV = kBlockK * kHeadDim * 2;
-  static constexpr int kSmemEvents = kBlockQ * 16;  // per-row diagnostics (ForwardRows::Events)
-  static constexpr int kSmemTop = kThreads * kRowTiles * 4 * 4;  // pre-pass top-2 (ForwardRows::top)
-  // Q, K x2, V x2 (double buffered), events, top-2
-  static constexpr int kSmemBytes = kSmemQ + 4 * kSmemKV + kSmemEvents + kSmemTop;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
-  static_assert(kBlockK % 16 == 0 && kBlockQ % 16 == 0, "mma tiles are 16 x 16");
-};
 
 // Forward tiles of the wgmma kernel (forward_wgmma_kernel.cuh): one warpgroup, 64 query rows, 16
 // per warp (the m64 of a wgmma), keys in sub-tiles of 64. Operand tiles use the SW128 layout
@@ -183,31 +157,6 @@ struct WsForwardTraits {
   static constexpr int kSmemBytes = 2 * kConsumers * kSmemQ + 2 * kWsForwardStages * kSmemKV + kSmemBarriers;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
   static_assert(kSmemBytes <= 227 * 1024, "an SM's shared memory");
-};
-
-// Backward tiles: a CTA owns kBlockK keys (16 per warp) and walks query blocks of kBlockQ.
-template <int kHeadDim_, bool kPaper_>
-struct BackwardTraits {
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr bool kPaper = kPaper_;
-  static constexpr int kWarps = 8;
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockK = kWarps * 16;
-  static constexpr int kBlockQ = 64;
-  static constexpr int kQueryTiles = kBlockQ / 8;  // n-tiles of S^T per warp
-  static constexpr int kDimTiles = kHeadDim / 8;
-  static constexpr int kSmemK = kBlockK * kHeadDim * 2;
-  static constexpr int kSmemQ = kBlockQ * kHeadDim * 2;
-  static constexpr int kSmemDS = kBlockK * kBlockQ * 2;
-  // K, V; Q x2, dO x2 (double buffered); dS^T; lse and delta x2
-  static constexpr int kSmemBytes = 2 * kSmemK + 4 * kSmemQ + kSmemDS + 4 * kBlockQ * 4;
-  // dQ = dS K: 4 row tiles of 16 queries x 2 halves of D, one per warp
-  static constexpr int kDqRowTiles = kBlockQ / 16;
-  static constexpr int kDqColSplit = kWarps / kDqRowTiles;
-  static constexpr int kDqDimTiles = kHeadDim / 8 / kDqColSplit;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
-  static_assert(kWarps % kDqRowTiles == 0 && kDqDimTiles % 2 == 0, "dQ work splits evenly over warps");
-  static_assert(kBlockQ == 64, "the dS^T tile uses the 8-chunk swizzle of 64-wide rows");
 };
 
 }  // namespace stableflash::attention::cuda

@@ -1,5 +1,6 @@
-// Kernel launchers, one explicit instantiation per (head dim, numerics) in the generated
-// instance files (instances_*.cu.in), so a build compiles only the head dims it asks for.
+// Kernel launchers of the production library, one explicit instantiation per (head dim, numerics)
+// in the generated instance files (*_instances.cu.in), so a build compiles only the head dims it
+// asks for. Which one runs is the plan's choice (plan.hpp); the kernel lab's launchers are in lab/.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,27 +9,18 @@
 #include <string>
 
 #include "kernel_params.cuh"
+#include "plan.hpp"
 #include "stableflash/attention/modes.hpp"
 
 namespace stableflash::attention::cuda {
 
-// The forward's tensor-core path: wgmma (Hopper warpgroup MMA, the default) or mma.sync (the
-// FlashAttention-2-style kernel it grew from, kept for comparison). STABLEFLASH_FORWARD_KERNEL=mma
-// selects the latter (benchmarks, bisecting).
-enum class ForwardKernel { wgmma, mma_sync };
-ForwardKernel forward_kernel_kind();
-// The wgmma forward's fused fast path: warp-specialized (forward_ws_kernel.cuh, the default) or the
-// one-warpgroup kernel (STABLEFLASH_FORWARD_KERNEL=wgmma-1wg, for comparison).
-bool forward_warp_specialized();
-// The same choice for the backward's main kernel: STABLEFLASH_BACKWARD_KERNEL=mma or wgmma.
-ForwardKernel backward_kernel_kind();
-
+// The planned forward kernel (plan.kernel, plan.policy; p.walk = plan.walk).
 template <int D, bool kPaper>
-void launch_forward(const ForwardParams& p, ShiftPolicy policy, cudaStream_t stream);
-// delta (per p.delta_source) into p.delta
+void launch_forward(const ForwardParams& p, const ForwardPlan& plan, cudaStream_t stream);
+// delta (plan.delta) into p.delta
 template <int D, bool kPaper>
-void launch_delta(const BackwardParams& p, cudaStream_t stream);
-// main kernel and dQ conversion; p.delta, p.dq_accum (zeroed) and p.dq_semaphore (zeroed) ready
+void launch_delta(const BackwardParams& p, DeltaPass pass, cudaStream_t stream);
+// the wgmma main kernel and the dQ conversion; p.delta, p.dq_accum (zeroed) and p.dq_semaphore (zeroed) ready
 template <int D, bool kPaper>
 void launch_backward_main(const BackwardParams& p, cudaStream_t stream);
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "stableflash/attention/cuda.hpp"
+#include "stableflash/attention/error_bound.hpp"
 #include "stableflash/numerics/exact_ops.hpp"
 #include "stableflash/numerics/random.hpp"
 
@@ -46,7 +47,7 @@ OracleTensorCheck fused_check(const char* name, const std::vector<bf16>& gpu, co
   c.name = name;
   c.elements = std::int64_t(gpu.size());
   c.err = max_abs_diff(gpu, ref, &c.nonfinite);
-  c.bound = factor * max_abs_diff(naive, ref, nullptr) + bf16_ulp(max_abs(ref));
+  c.bound = error_bound(max_abs_diff(naive, ref, nullptr), max_abs(ref), factor);
   for (std::size_t i = 0; i < gpu.size(); ++i) c.differing += gpu[i].bits != bf16_from_double(ref[i]).bits;
   return c;
 }
@@ -92,7 +93,7 @@ std::string OracleCheck::describe() const {
 }
 
 OracleCheck check_against_oracle(const AttentionShape& s, Layout layout, const AttentionOptions& options,
-                                 std::uint64_t seed, double logit_scale, double paper_ulps) {
+                                 std::uint64_t seed, double logit_scale, double paper_ulps, const Kernels& kernels) {
   AttentionOptions cpu = options, gpu = options;
   cpu.device = Device::cpu, gpu.device = Device::cuda;
   const auto nq = std::size_t(s.q_elements()), nk = std::size_t(s.k_elements()), rows = std::size_t(s.rows());
@@ -111,12 +112,12 @@ OracleCheck check_against_oracle(const AttentionShape& s, Layout layout, const A
     ForwardArgs fa;
     fa.shape = s, fa.layout = layout, fa.q = q.data(), fa.k = k.data(), fa.v = v.data();
     fa.o = out.o.data(), fa.lse = out.lse.data(), fa.o_residual = residual ? out.r.data() : nullptr;
-    on_gpu ? forward_from_host(fa, opt) : attention_forward(fa, opt);
+    on_gpu ? forward_from_host(fa, opt, kernels) : attention_forward(fa, opt);
     BackwardArgs ba;
     ba.shape = s, ba.layout = layout, ba.q = q.data(), ba.k = k.data(), ba.v = v.data(), ba.o = out.o.data();
     ba.lse = out.lse.data(), ba.o_residual = fa.o_residual, ba.d_o = d_o.data();
     ba.dq = out.dq.data(), ba.dk = out.dk.data(), ba.dv = out.dv.data();
-    on_gpu ? backward_from_host(ba, opt) : attention_backward(ba, opt);
+    on_gpu ? backward_from_host(ba, opt, kernels) : attention_backward(ba, opt);
     return out;
   };
   const Run g = run(gpu, true);
@@ -139,8 +140,10 @@ OracleCheck check_against_oracle(const AttentionShape& s, Layout layout, const A
   ba.d_o = d_o.data(), ba.dq = ndq.data(), ba.dk = ndk.data(), ba.dv = ndv.data();
   naive_bf16_backward(ba, cpu);
   const ReferenceBackward rb = reference_backward(ba, cpu);
-  check.tensors = {fused_check("o", g.o, naive_o, ref.o, 2.0), fused_check("dq", g.dq, ndq, rb.dq, 3.0),
-                   fused_check("dk", g.dk, ndk, rb.dk, 3.0), fused_check("dv", g.dv, ndv, rb.dv, 3.0)};
+  check.tensors = {fused_check("o", g.o, naive_o, ref.o, kOutputBoundFactor),
+                   fused_check("dq", g.dq, ndq, rb.dq, kGradientBoundFactor),
+                   fused_check("dk", g.dk, ndk, rb.dk, kGradientBoundFactor),
+                   fused_check("dv", g.dv, ndv, rb.dv, kGradientBoundFactor)};
   return check;
 }
 

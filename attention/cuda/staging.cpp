@@ -59,7 +59,7 @@ bool any_set(const BackwardStrides& s) { return s.q || s.k || s.v || s.o || s.d_
 
 }  // namespace
 
-void forward_from_host(const ForwardArgs& h, const AttentionOptions& options) {
+void forward_from_host(const ForwardArgs& h, const AttentionOptions& options, const Kernels& kernels) {
   require_packed(any_set(h.strides));
   const AttentionShape& s = h.shape;
   const auto nq = std::size_t(s.q_elements()), nk = std::size_t(s.k_elements()), rows = std::size_t(s.rows());
@@ -70,13 +70,13 @@ void forward_from_host(const ForwardArgs& h, const AttentionOptions& options) {
   d.q = q.get(), d.k = k.get(), d.v = v.get(), d.o = o.get(), d.lse = lse.get(), d.o_residual = ptr(residual);
   AttentionOptions opt = options;
   opt.device = Device::cuda;
-  forward(d, opt);
+  kernels.forward(d, opt);
   check(cudaDeviceSynchronize(), "forward");
   o.copy_to(h.o), lse.copy_to(h.lse);
   if (residual) residual->copy_to(h.o_residual);
 }
 
-void backward_from_host(const BackwardArgs& h, const AttentionOptions& options) {
+void backward_from_host(const BackwardArgs& h, const AttentionOptions& options, const Kernels& kernels) {
   require_packed(any_set(h.strides));
   const AttentionShape& s = h.shape;
   const auto nq = std::size_t(s.q_elements()), nk = std::size_t(s.k_elements()), rows = std::size_t(s.rows());
@@ -90,7 +90,7 @@ void backward_from_host(const BackwardArgs& h, const AttentionOptions& options) 
   d.dq = dq.get(), d.dk = dk.get(), d.dv = dv.get();
   AttentionOptions opt = options;
   opt.device = Device::cuda;
-  backward(d, opt);
+  kernels.backward(d, opt);
   check(cudaDeviceSynchronize(), "backward");
   dq.copy_to(h.dq), dk.copy_to(h.dk), dv.copy_to(h.dv);
   if (delta) delta->copy_to(h.delta);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "stableflash/attention/attention.hpp"
+#include "stableflash/attention/error_bound.hpp"
 #include "stableflash/numerics/exact_ops.hpp"
 #include "stableflash/numerics/random.hpp"
 
@@ -86,9 +87,9 @@ double max_abs_error(const std::vector<T>& x, const std::vector<double>& ref) {
   return m;
 }
 
-// The bound of docs/architecture.md: factor x the naive BF16 error + one BF16 rounding step at max|ref|.
+// stableflash/attention/error_bound.hpp's bound against a reference vector.
 inline double error_bound(double naive_error, const std::vector<double>& ref, double factor) {
-  return factor * naive_error + bf16_ulp(max_abs(ref));
+  return attention::error_bound(naive_error, max_abs(ref), factor);
 }
 
 inline bool bitwise_equal(const std::vector<bf16>& a, const std::vector<bf16>& b) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "stableflash/attention/error_bound.hpp"
 #include "stableflash/numerics/exact_ops.hpp"
 #include "stableflash/numerics/random.hpp"
 
@@ -197,7 +198,7 @@ Bounds fused_bounds(const Inputs& in, const AttentionOptions& options, bool back
   fa.o = naive_o.data();
   naive_bf16_forward(fa, opt);
   Bounds b{};
-  b.o = 2.0 * max_err(naive_o, ref.o) + bf16_ulp(max_abs(ref.o));
+  b.o = error_bound(max_err(naive_o, ref.o), max_abs(ref.o), kOutputBoundFactor);
   b.ref_o = std::move(ref.o), b.ref_lse = std::move(ref.lse);
   if (!backward) return b;
   std::vector<bf16> dq(nq), dk(nk), dv(nk);
@@ -206,9 +207,9 @@ Bounds fused_bounds(const Inputs& in, const AttentionOptions& options, bool back
   ba.o = naive_o.data(), ba.d_o = in.d_o.data(), ba.dq = dq.data(), ba.dk = dk.data(), ba.dv = dv.data();
   naive_bf16_backward(ba, opt);
   ReferenceBackward rb = reference_backward(ba, opt);
-  b.dq = 3.0 * max_err(dq, rb.dq) + bf16_ulp(max_abs(rb.dq));
-  b.dk = 3.0 * max_err(dk, rb.dk) + bf16_ulp(max_abs(rb.dk));
-  b.dv = 3.0 * max_err(dv, rb.dv) + bf16_ulp(max_abs(rb.dv));
+  b.dq = error_bound(max_err(dq, rb.dq), max_abs(rb.dq), kGradientBoundFactor);
+  b.dk = error_bound(max_err(dk, rb.dk), max_abs(rb.dk), kGradientBoundFactor);
+  b.dv = error_bound(max_err(dv, rb.dv), max_abs(rb.dv), kGradientBoundFactor);
   b.ref_dq = std::move(rb.dq), b.ref_dk = std::move(rb.dk), b.ref_dv = std::move(rb.dv), b.ref_delta = std::move(rb.delta);
   return b;
 }

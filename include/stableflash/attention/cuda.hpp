@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,11 +42,20 @@ void forward(const ForwardArgs& args, const AttentionOptions& options);
 void backward(const BackwardArgs& args, const AttentionOptions& options);
 void delta(const BackwardArgs& args, const AttentionOptions& options, float* delta /*[B, H, Tq], device*/);
 
+// What runs a forward and a backward in the host conveniences, the bench and the oracle check:
+// the entry points above, or the kernel lab's comparison kernels (attention/cuda/lab, the
+// `kernel_lab` program; the library itself never runs those).
+struct Kernels {
+  std::string name = "production";
+  std::function<void(const ForwardArgs&, const AttentionOptions&)> forward = cuda::forward;
+  std::function<void(const BackwardArgs&, const AttentionOptions&)> backward = cuda::backward;
+};
+
 // Host-pointer conveniences: copy the host tensors to the GPU, run, copy the outputs back, and
 // synchronize. Used by `stableflash attention --device cuda`, the audit and the GPU tests. They copy
 // packed tensors (args.layout) and refuse args.strides (pass device pointers to forward() instead).
-void forward_from_host(const ForwardArgs& host_args, const AttentionOptions& options);
-void backward_from_host(const BackwardArgs& host_args, const AttentionOptions& options);
+void forward_from_host(const ForwardArgs& host_args, const AttentionOptions& options, const Kernels& kernels = {});
+void backward_from_host(const BackwardArgs& host_args, const AttentionOptions& options, const Kernels& kernels = {});
 void delta_from_host(const BackwardArgs& host_args, const AttentionOptions& options, float* delta /*host*/);
 
 // Timing of back-to-back calls between one pair of CUDA events, the peer script's method
@@ -58,7 +68,7 @@ struct BenchTiming {
 // Random inputs (seeded, never zeros) of `shape` on the GPU; times forward then backward
 // (backward = delta + main + dQ conversion, what one training step pays).
 BenchTiming bench(const AttentionShape& shape, Layout layout, const AttentionOptions& options, std::uint64_t seed,
-                  double warmup_s = 0.3, int windows = 7, double min_window_ms = 20.0);
+                  double warmup_s = 0.3, int windows = 7, double min_window_ms = 20.0, const Kernels& kernels = {});
 
 std::string device_name();
 
@@ -80,6 +90,7 @@ struct OracleCheck {
   std::string describe() const;  // one line per tensor
 };
 OracleCheck check_against_oracle(const AttentionShape& shape, Layout layout, const AttentionOptions& options,
-                                 std::uint64_t seed, double logit_scale = 1.0, double paper_ulps = 2.0);
+                                 std::uint64_t seed, double logit_scale = 1.0, double paper_ulps = 2.0,
+                                 const Kernels& kernels = {});
 
 }  // namespace stableflash::attention::cuda

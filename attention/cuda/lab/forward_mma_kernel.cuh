@@ -1,4 +1,5 @@
-// Flash-attention forward for sm_90a with warp-level mma.sync (FlashAttention-2's structure), in
+// Kernel lab (comparison only): the flash-attention forward with warp-level mma.sync
+// (FlashAttention-2's structure, the kernel forward_wgmma_kernel.cuh grew from), in
 // `fused` or `paper` numerics (Traits::kPaper) with any shift policy (template parameter).
 //
 // A CTA owns kBlockQ query rows of one (b, h); each warp owns 16 * kRowTiles of them, so every
@@ -17,6 +18,7 @@
 
 #include "forward_rows.cuh"
 #include "kernel_params.cuh"
+#include "lab/mma_traits.cuh"
 #include "warp_mma.cuh"
 
 namespace stableflash::attention::cuda {
@@ -26,7 +28,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   constexpr int D = Traits::kHeadDim, BQ = Traits::kBlockQ, BK = Traits::kBlockK;
   constexpr int MR = Traits::kRowTiles, NT = Traits::kKeyTiles, DT = Traits::kDimTiles;
   constexpr bool kPaper = Traits::kPaper;
-  constexpr bool kMultiPass = kPaper || Policy::needs_near_max_count;
+  constexpr bool kMultiPass = !kFastPathInstantiable<kPaper, Policy>;
   using Tile = SwizzledTile<D>;
   using Rows = ForwardRows<Traits, Policy>;
 

@@ -1,0 +1,100 @@
+// The per-block pieces of the attention backward shared by the wgmma kernel
+// (backward_wgmma_kernel.cuh) and the kernel lab's mma.sync kernel (lab/backward_mma_kernel.cuh):
+// the deterministic dQ turn counters, the causal mask on S^T, P and dS at the numerics' rounding
+// points, and the dK, dV stores. The shift policy does not enter the backward: P = exp(S - lse) uses
+// the forward's lse whatever m was (docs/numerics-contract.md), so there is one kernel per (head
+// dim, numerics).
+#pragma once
+
+#include <cstdint>
+
+#include "kernel_params.cuh"
+#include "stableflash/attention/rounding_points.hpp"
+#include "warp_mma.cuh"
+
+namespace stableflash::attention::cuda {
+
+// Deterministic dQ: the key blocks of one (b, h) add into a query block's dQ in key-block order.
+// Block kb waits until the counter reads kb; CTAs are dispatched in blockIdx order, so the blocks
+// it waits for are running or done.
+__device__ __forceinline__ void wait_turn(const int* counter, int turn) {
+  if (threadIdx.x == 0) {
+    int seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+    } while (seen != turn);
+  }
+  __syncthreads();
+}
+__device__ __forceinline__ void pass_turn(int* counter, int next) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(next) : "memory");
+}
+
+// S^T entries a query must not see (keys past Tk, or past the causal diagonal) set to -inf, so
+// that P = exp(S - lse) = 0 and dS = P (dP - delta) = 0 there, as the oracle's exclusion gives.
+// Callers test once per block whether any entry needs it: a mask test inside the per-element code
+// cost a branch region per element (a seventh of the wgmma backward's instructions).
+// Element (nq, e) is key `key` + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
+template <int NQ>
+__device__ __forceinline__ void mask_transposed_scores(const BackwardParams& p, float (&st)[NQ][4], int key, int q0, int t,
+                                                       bool causal) {
+#pragma unroll
+  for (int nq = 0; nq < NQ; ++nq)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int kj = key + 8 * (e / 2), qi = q0 + nq * 8 + 2 * t + (e & 1);
+      if (kj >= p.k_len || (causal && kj > qi + p.k_len - p.q_len)) st[nq][e] = -__builtin_huge_valf();
+    }
+}
+
+// P and dS of four accumulator elements at the mode's rounding points: element e is query
+// q_local + (e % 2) of the block and key key + 8 (e / 2), masked entries already -inf
+// (mask_transposed_scores). Both backward kernels (mma.sync and wgmma) lay their fragments out
+// this way and share this code.
+template <bool kPaper>
+__device__ __forceinline__ void probs_and_dscores(const BackwardParams& p, const float (&s)[4], const float (&dpt)[4],
+                                                  int q_local, const float* s_lse, const float* s_delta, float (&pv)[4],
+                                                  float (&dsv)[4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int ql = q_local + (e & 1);
+    float prob, dp;
+    if constexpr (kPaper) {
+      prob = paper::prob(paper::score(s[e], p.scale), s_lse[ql]);  // exp(-inf) = 0 where masked
+      dp = paper::dprob(dpt[e]);
+    } else {
+      prob = fused::prob_fast(fused::score(s[e], p.scale), s_lse[ql]);
+      dp = dpt[e];
+    }
+    pv[e] = prob;
+    dsv[e] = kPaper ? paper::dscore(prob, dp, s_delta[ql], p.scale) : fused::dscore(prob, dp, s_delta[ql]);
+  }
+}
+
+// dK = BF16(acc * scale) (fused applies the scale to the FP32 product; paper's dS has it) and
+// dV = BF16(acc) of a warp's 16 keys: this thread's keys `key` and key + 8, columns nd * 8 + 2t,
+// + 1 (mma.sync C fragments, which the wgmma accumulators repeat), at query head h (BackwardParams:
+// with grouped-query heads p.dk, p.dv are the per-query-head workspace). Keys past Tk are not stored.
+template <bool kPaper, int DT>
+__device__ __forceinline__ void store_dk_dv(const BackwardParams& p, int b, int h, int key, int t, const float (&acc_dk)[DT][4],
+                                            const float (&acc_dv)[DT][4]) {
+  const float dk_scale = kPaper ? 1.0f : p.scale;
+  std::uint16_t* dk_head = p.dk + p.dk_strides.head(b, h);
+  std::uint16_t* dv_head = p.dv + p.dv_strides.head(b, h);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int k = key + 8 * hf;
+    if (k >= p.k_len) continue;
+#pragma unroll
+    for (int nd = 0; nd < DT; ++nd) {
+      const int d = nd * 8 + 2 * t;
+      *reinterpret_cast<std::uint32_t*>(dk_head + k * p.dk_strides.t + d) =
+          pack_bf16x2(mul_rn(acc_dk[nd][2 * hf], dk_scale), mul_rn(acc_dk[nd][2 * hf + 1], dk_scale));
+      *reinterpret_cast<std::uint32_t*>(dv_head + k * p.dv_strides.t + d) = pack_bf16x2(acc_dv[nd][2 * hf], acc_dv[nd][2 * hf + 1]);
+    }
+  }
+}
+
+}  // namespace stableflash::attention::cuda

@@ -1,0 +1,38 @@
+// kernel_lab: `stableflash bench attention` (the same table, oracle check and JSON) on the kernel
+// lab's comparison kernels, e.g.
+//   kernel_lab --forward-kernel mma --backward-kernel mma --shapes 16x12x1024x64:causal
+//   kernel_lab --forward-kernel wgmma-1wg --shapes 8x16x4096x128:causal --policy hashed_offset
+// These kernels are not part of the library that programs link (docs/cuda-kernels.md "Kernel lab").
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+#include "bench_attention.hpp"
+#include "lab/lab.hpp"
+
+int main(int argc, char** argv) {
+  using namespace stableflash;
+  CLI::App app("kernel_lab: TFLOP/s and the oracle check of the CUDA attention's comparison kernels");
+  cli::AttentionBenchConfig config;
+  std::string forward = "production", backward = "production";
+  app.add_option("--forward-kernel", forward, "production, mma (mma.sync), wgmma-1wg (one warpgroup at D = 128), wgmma-serial "
+                                              "(no softmax / P V overlap)")
+      ->capture_default_str();
+  app.add_option("--backward-kernel", backward, "production, mma (mma.sync)")->capture_default_str();
+  cli::add_attention_bench_flags(&app, config);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const auto f = attention::cuda::lab::parse_forward_choice(forward);
+    const auto b = attention::cuda::lab::parse_backward_choice(backward);
+    if (!f) throw std::invalid_argument("--forward-kernel: unknown kernel '" + forward + "'");
+    if (!b) throw std::invalid_argument("--backward-kernel: unknown kernel '" + backward + "'");
+    const attention::cuda::Kernels kernels = attention::cuda::lab::kernels(*f, *b);
+    std::printf("kernel lab: %s\n", kernels.name.c_str());
+    return cli::run_attention_bench(config, kernels);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel_lab: %s\n", e.what());
+    return 2;
+  }
+}

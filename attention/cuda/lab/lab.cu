@@ -1,0 +1,74 @@
+// The kernel lab's runners: the production plan, changed where a comparison kernel is asked for,
+// executed by the production execute_forward / execute_backward (entry.cu).
+#include "lab/lab.hpp"
+
+#include "execute.hpp"
+#include "lab/lab_launch.hpp"
+#include "launch.hpp"
+#include "plan.hpp"
+
+namespace stableflash::attention::cuda::lab {
+
+std::optional<ForwardChoice> parse_forward_choice(std::string_view name) {
+  if (name == "production") return ForwardChoice::production;
+  if (name == "mma") return ForwardChoice::mma_sync;
+  if (name == "wgmma-1wg") return ForwardChoice::one_warpgroup;
+  if (name == "wgmma-serial") return ForwardChoice::serial;
+  return std::nullopt;
+}
+std::optional<BackwardChoice> parse_backward_choice(std::string_view name) {
+  if (name == "production") return BackwardChoice::production;
+  if (name == "mma") return BackwardChoice::mma_sync;
+  return std::nullopt;
+}
+std::string to_string(ForwardChoice c) {
+  switch (c) {
+    case ForwardChoice::mma_sync: return "mma";
+    case ForwardChoice::one_warpgroup: return "wgmma-1wg";
+    case ForwardChoice::serial: return "wgmma-serial";
+    case ForwardChoice::production: break;
+  }
+  return "production";
+}
+std::string to_string(BackwardChoice c) { return c == BackwardChoice::mma_sync ? "mma" : "production"; }
+
+namespace {
+
+void forward_with(ForwardChoice choice, const ForwardArgs& a, const AttentionOptions& opt) {
+  check_supported_args(a, opt);
+  ForwardPlan plan = plan_forward(a, opt);
+  if (choice == ForwardChoice::mma_sync) {
+    plan.tensor_maps = false;  // cp.async loads and element-wise stores
+    execute_forward(a, opt, plan, [&](const ForwardParams& p, cudaStream_t stream) {
+      with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_mma_forward<D, kPaper>(p, plan.policy, stream); });
+    });
+    return;
+  }
+  if (choice != ForwardChoice::production) plan.kernel = ForwardKernel::one_warpgroup;
+  if (choice == ForwardChoice::serial && plan.walk == ForwardWalk::pipelined) plan.walk = ForwardWalk::steps;
+  execute_forward(a, opt, plan, [&](const ForwardParams& p, cudaStream_t stream) {
+    with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_forward<D, kPaper>(p, plan, stream); });
+  });
+}
+
+void backward_with(BackwardChoice choice, const BackwardArgs& a, const AttentionOptions& opt) {
+  if (choice == BackwardChoice::production) return cuda::backward(a, opt);
+  check_supported_args(a, opt);
+  if (!a.dq || !a.dk || !a.dv) throw std::invalid_argument("attention_backward: dq, dk and dv outputs are required");
+  const BackwardPlan plan = plan_backward(a, opt);  // its dQ workspace also holds the row-major [B, H, Tq, D]
+  execute_backward(a, opt, plan, [&](const BackwardParams& p, cudaStream_t stream) {
+    with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_mma_backward_main<D, kPaper>(p, stream); });
+  });
+}
+
+}  // namespace
+
+Kernels kernels(ForwardChoice forward, BackwardChoice backward) {
+  Kernels k;
+  k.name = "forward " + to_string(forward) + ", backward " + to_string(backward);
+  k.forward = [forward](const ForwardArgs& a, const AttentionOptions& opt) { forward_with(forward, a, opt); };
+  k.backward = [backward](const BackwardArgs& a, const AttentionOptions& opt) { backward_with(backward, a, opt); };
+  return k;
+}
+
+}  // namespace stableflash::attention::cuda::lab

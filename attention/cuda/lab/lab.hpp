@@ -1,0 +1,34 @@
+// The kernel lab (llm.c's dev/ habit): the comparison kernels that production no longer runs, kept
+// buildable and runnable through the same plan execution, bench and oracle check as production
+// (the `kernel_lab` program). Host header.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "stableflash/attention/cuda.hpp"
+
+namespace stableflash::attention::cuda::lab {
+
+enum class ForwardChoice {
+  production,     // the plan's kernel
+  mma_sync,       // lab/forward_mma_kernel.cuh: FlashAttention-2 style, mma.sync, 128 rows per CTA
+  one_warpgroup,  // the one-warpgroup wgmma kernel where the plan picks the warp-specialized one (D = 128 fast path)
+  serial,         // the one-warpgroup kernel without the softmax / P V overlap (ForwardWalk::steps)
+};
+enum class BackwardChoice {
+  production,  // the wgmma backward
+  mma_sync,    // lab/backward_mma_kernel.cuh: FlashAttention-2 style, row-major dQ workspace
+};
+
+// Names: production, mma, wgmma-1wg, wgmma-serial (the former STABLEFLASH_FORWARD_KERNEL values);
+// production, mma (STABLEFLASH_BACKWARD_KERNEL).
+std::optional<ForwardChoice> parse_forward_choice(std::string_view name);
+std::optional<BackwardChoice> parse_backward_choice(std::string_view name);
+std::string to_string(ForwardChoice c);
+std::string to_string(BackwardChoice c);
+
+Kernels kernels(ForwardChoice forward, BackwardChoice backward);
+
+}  // namespace stableflash::attention::cuda::lab

@@ -1,0 +1,155 @@
+// The launch plan (plan.hpp) and the argument checks of the CUDA path: host code, built with and
+// without CUDA so that the CPU tests can check what each call would run.
+#include "plan.hpp"
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stableflash/attention/attention.hpp"
+#include "stableflash/attention/cuda.hpp"
+
+namespace stableflash::attention::cuda {
+namespace {
+
+// What the kernels need of one tensor's memory: every row (b, h, t) starts `align` bytes aligned,
+// i.e. the base address and the three strides (in bytes) are multiples of `align`. Strides are
+// non-negative (bulk tensor copies take unsigned ones). The one place these rules are decided:
+// forward_tensors / backward_tensors list every tensor with its need, check_tensor applies it.
+struct TensorNeed {
+  const char* field;         // the args' pointer (messages): q, k, v, o, o_residual, do, dq, dk, dv
+  const char* stride_field;  // its entry in args.strides (o_residual follows o)
+  const void* ptr;           // null: not passed (optional tensors; delta has no gradients)
+  HeadStrides strides;
+  int align;                 // bytes
+  const char* why;
+};
+
+constexpr const char* kBulkReads = "read by bulk tensor copies (TMA) and 16-byte loads";
+constexpr const char* kPairStores = "written two values at a time; 16-byte aligned rows also allow bulk stores";
+constexpr const char* kGradientStores = "written up to four values (8 bytes) at a time";
+
+bool rows_aligned(const void* ptr, const HeadStrides& st, int align) { return cuda::rows_aligned(ptr, st.b, st.h, st.t, align); }
+
+void check_tensor(const TensorNeed& n) {
+  if (!n.ptr) return;
+  const std::string need = " (" + std::string(n.why) + ")";
+  if (reinterpret_cast<std::uintptr_t>(n.ptr) % n.align != 0)
+    throw std::invalid_argument(std::string("CUDA attention: ") + n.field + " must be " + std::to_string(n.align) +
+                                "-byte aligned" + need);
+  const std::pair<const char*, std::int64_t> strides[] = {{"b", n.strides.b}, {"h", n.strides.h}, {"t", n.strides.t}};
+  for (const auto& [dim, elements] : strides) {
+    const std::string name = std::string("CUDA attention: strides.") + n.stride_field + "." + dim + " = " + std::to_string(elements);
+    if (elements < 0) throw std::invalid_argument(name + " is negative; the kernels need non-negative strides");
+    if ((elements * 2) % n.align != 0)
+      throw std::invalid_argument(name + " must be a multiple of " + std::to_string(n.align / 2) + " elements (" +
+                                  std::to_string(n.align) + " bytes)" + need);
+  }
+}
+
+std::vector<TensorNeed> forward_tensors(const ForwardArgs& a) {
+  return {{"q", "q", a.q, a.q_strides(), 16, kBulkReads},
+          {"k", "k", a.k, a.k_strides(), 16, kBulkReads},
+          {"v", "v", a.v, a.v_strides(), 16, kBulkReads},
+          {"o", "o", a.o, a.o_strides(), 4, kPairStores},
+          {"o_residual", "o", a.o_residual, a.o_strides(), 4, kPairStores}};
+}
+
+std::vector<TensorNeed> backward_tensors(const BackwardArgs& a) {
+  return {{"q", "q", a.q, a.q_strides(), 16, kBulkReads},
+          {"k", "k", a.k, a.k_strides(), 16, kBulkReads},
+          {"v", "v", a.v, a.v_strides(), 16, kBulkReads},
+          {"o", "o", a.o, a.o_strides(), 16, kBulkReads},
+          {"o_residual", "o", a.o_residual, a.o_strides(), 16, kBulkReads},
+          {"do", "d_o", a.d_o, a.d_o_strides(), 16, kBulkReads},
+          {"dq", "dq", a.dq, a.dq_strides(), 8, kGradientStores},
+          {"dk", "dk", a.dk, a.dk_strides(), 8, kGradientStores},
+          {"dv", "dv", a.dv, a.dv_strides(), 8, kGradientStores}};
+}
+
+std::size_t aligned256(std::size_t n) { return (n + 255) / 256 * 256; }
+
+}  // namespace
+
+bool rows_aligned(const void* ptr, std::int64_t stride_b, std::int64_t stride_h, std::int64_t stride_t, int align) {
+  const auto multiple = [&](std::int64_t elements) { return elements >= 0 && (elements * 2) % align == 0; };
+  return reinterpret_cast<std::uintptr_t>(ptr) % align == 0 && multiple(stride_b) && multiple(stride_h) && multiple(stride_t);
+}
+
+void check_shape_options(const AttentionShape& s, const AttentionOptions& opt, bool head_dim_compiled) {
+  opt.validate(s);
+  if (opt.numerics == Numerics::reference)
+    throw std::invalid_argument("numerics: 'reference' runs on the CPU only (FP64 oracle)");
+  if (!head_dim_compiled)
+    throw std::invalid_argument("CUDA attention: head_dim " + std::to_string(s.head_dim) +
+                                " has no kernels in this build (64 and 128 exist; STABLEFLASH_CUDA_HEAD_DIMS)");
+  if (opt.resolved_tile_k() % kSubTile != 0)
+    throw std::invalid_argument("tile: the CUDA kernels need a key tile that is a multiple of " +
+                                std::to_string(kSubTile) + ", got " + std::to_string(opt.resolved_tile_k()));
+}
+
+void check_tensors(const ForwardArgs& a, const AttentionOptions& opt) {
+  if (!a.q || !a.k || !a.v || !a.o || !a.lse) throw std::invalid_argument("attention_forward: q, k, v, o and lse are required");
+  if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
+    throw std::invalid_argument("delta_source: 'compensated' needs an o_residual output buffer");
+  for (const TensorNeed& n : forward_tensors(a)) check_tensor(n);
+}
+
+void check_tensors(const BackwardArgs& a, const AttentionOptions& opt) {
+  if (!a.q || !a.k || !a.v || !a.o || !a.lse || !a.d_o)
+    throw std::invalid_argument("attention_backward: q, k, v, o, lse and do are required");
+  if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
+    throw std::invalid_argument("delta_source: 'compensated' needs the forward's o_residual");
+  for (const TensorNeed& n : backward_tensors(a)) check_tensor(n);
+}
+
+bool takes_fast_path(Numerics numerics, ShiftPolicy policy, bool count_events) {
+  const bool tile_tie_count =
+      with_shift_policy(policy, PolicyParams{}, [](auto p) { return decltype(p)::needs_near_max_count; });
+  return fast_path_instantiable(numerics == Numerics::paper, tile_tie_count) && !count_events;
+}
+
+ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt) {
+  ForwardPlan plan;
+  plan.head_dim = a.shape.head_dim;
+  plan.paper = opt.numerics == Numerics::paper;
+  plan.policy = opt.policy;
+  plan.count_events = a.ties != nullptr || a.head_ties != nullptr;
+  plan.walk = takes_fast_path(opt.numerics, opt.policy, plan.count_events) ? ForwardWalk::pipelined : ForwardWalk::units;
+  // Warp-specialized at D = 128 only: at D = 64 the one-warpgroup kernel (4 CTAs per SM) measured
+  // faster than 2 or 3 consumers (docs/benchmarks.md).
+  plan.kernel = plan.walk == ForwardWalk::pipelined && plan.head_dim == 128 ? ForwardKernel::warp_specialized
+                                                                              : ForwardKernel::one_warpgroup;
+  // the epilogue's bulk stores need 16-byte aligned output rows; others are stored element-wise
+  plan.store_by_tma = rows_aligned(a.o, a.o_strides(), 16) && (!a.o_residual || rows_aligned(a.o_residual, a.o_strides(), 16));
+  return plan;
+}
+
+BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, bool with_gradients) {
+  const AttentionShape& s = a.shape;
+  BackwardPlan plan;
+  plan.head_dim = s.head_dim;
+  plan.paper = opt.numerics == Numerics::paper;
+  plan.delta = opt.delta_source == DeltaSource::exact ? DeltaPass::exact : DeltaPass::from_output;
+  plan.kv_group = s.group_size();
+  if (!with_gradients) return plan;
+  BackwardWorkspace& w = plan.workspace;
+  const int q_blocks = (s.q_len + kBackwardBlockQ - 1) / kBackwardBlockQ;
+  const std::size_t padded_rows = std::size_t(s.batch) * s.heads * q_blocks * kBackwardBlockQ;
+  w.dq_bytes = padded_rows * s.head_dim * sizeof(float);
+  w.semaphores = opt.deterministic ? std::size_t(s.batch) * s.heads * q_blocks : 0;
+  w.delta_bytes = a.delta ? 0 : std::size_t(s.rows()) * sizeof(float);
+  // Grouped-query heads: the main kernel runs as multi-head attention with K/V read by the group
+  // and writes each query head's BF16 dK, dV here; the group sum adds them per K/V head in
+  // ascending head order, in FP32, rounded once (docs/numerics-contract.md; docs/cuda-kernels.md why).
+  w.per_head_bytes = plan.kv_group > 1 ? std::size_t(s.batch) * s.heads * s.k_len * s.head_dim * sizeof(std::uint16_t) : 0;
+  w.at_semaphores = aligned256(w.dq_bytes);
+  w.at_delta = aligned256(w.at_semaphores + w.semaphores * sizeof(int));
+  w.at_dk = aligned256(w.at_delta + w.delta_bytes);
+  w.at_dv = w.at_dk + aligned256(w.per_head_bytes);
+  w.total = w.at_dv + w.per_head_bytes;
+  return plan;
+}
+
+}  // namespace stableflash::attention::cuda

@@ -1,0 +1,100 @@
+// The launch plan of one CUDA attention call: which kernel runs, with which template flags and
+// which walk over the keys, and the backward's workspace. Host code without CUDA (a CPU build
+// compiles it and tests/attention/launch_plan_test.cpp checks its choices); entry.cu computes one
+// plan per call and executes it, the kernels read the choice from ForwardParams::walk.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "stableflash/attention/modes.hpp"
+#include "stableflash/attention/shift_policies.hpp"
+
+namespace stableflash::attention {
+struct AttentionShape;
+struct AttentionOptions;
+struct ForwardArgs;
+struct BackwardArgs;
+}  // namespace stableflash::attention
+
+namespace stableflash::attention::cuda {
+
+// The fused fast path: one shift per key step, chosen from that step's scores (no pre-pass), the
+// softmax of a step overlapped with the previous step's P V. A kernel instantiation can take it
+// with `fused` numerics and a policy that needs no tile-wide tie count (the published rule's);
+// a call takes it when it also counts no events (ForwardArgs::ties: the counts then mean the
+// CPU's, so those runs walk the numerics tiles with a pre-pass). The one definition of the test:
+// the plan below (host) and the kernels' `if constexpr` (device) use these two.
+constexpr bool fast_path_instantiable(bool paper, bool tile_tie_count) { return !paper && !tile_tie_count; }
+template <bool kPaper, class Policy>
+inline constexpr bool kFastPathInstantiable = fast_path_instantiable(kPaper, Policy::needs_near_max_count);
+bool takes_fast_path(Numerics numerics, ShiftPolicy policy, bool count_events);
+
+// How a forward CTA walks its keys (ForwardParams::walk).
+enum class ForwardWalk : int {
+  pipelined = 0,  // the fast path: steps of the kernel's block of keys, one shift each, softmax || P V
+  units = 1,      // numerics tiles (tile_k) with a pre-pass over a tile's keys where it has several sub-tiles
+  steps = 2,      // kernel lab only: the fast path's numerics without the overlap (one shift per 64 keys)
+};
+
+enum class ForwardKernel {
+  one_warpgroup,     // forward_wgmma_kernel.cuh: 64 rows per CTA, every numerics and walk
+  warp_specialized,  // forward_ws_kernel.cuh: producer + 2 consumer warpgroups, the fast path at D = 128
+};
+
+struct ForwardPlan {
+  // template flags: launch_forward<head_dim, paper>, the policy struct (with_shift_policy)
+  int head_dim = 0;
+  bool paper = false;
+  ShiftPolicy policy = ShiftPolicy::standard;
+  ForwardWalk walk = ForwardWalk::units;
+  ForwardKernel kernel = ForwardKernel::one_warpgroup;
+  bool count_events = false;  // ForwardArgs::ties or head_ties: a counter record per query head in the workspace
+  bool store_by_tma = false;  // o (and o_residual) rows 16-byte aligned: the epilogue's bulk stores
+  bool tensor_maps = true;    // q, k, v read by bulk tensor copies (every production kernel; not the lab's mma.sync)
+};
+
+// The plan of a call whose arguments passed cuda::check_supported_args.
+ForwardPlan plan_forward(const ForwardArgs& args, const AttentionOptions& options);
+
+// The backward's one workspace allocation: dQ accumulator | dQ turn counters (deterministic) |
+// delta (unless BackwardArgs::delta) | per-query-head dK | dV (grouped-query heads), each part at a
+// 256-byte boundary. The dQ accumulator is the wgmma kernel's fragment order (DqFragmentOrder, Tq
+// padded to 64), which is also large enough for the lab's row-major [B, H, Tq, D] one.
+struct BackwardWorkspace {
+  std::size_t dq_bytes = 0, semaphores = 0, delta_bytes = 0, per_head_bytes = 0;
+  std::size_t at_semaphores = 0, at_delta = 0, at_dk = 0, at_dv = 0, total = 0;
+  std::size_t zeroed_bytes() const { return at_semaphores + semaphores * sizeof(int); }  // dQ and the counters
+};
+
+enum class DeltaPass {
+  from_output,  // rounded / compensated: rowsum(dO * O) (+ the residual), one thread per 8 elements
+  exact,        // rowsum(dP * P): its own pass over the keys
+};
+
+struct BackwardPlan {
+  int head_dim = 0;
+  bool paper = false;
+  DeltaPass delta = DeltaPass::from_output;
+  int kv_group = 1;  // > 1: per-query-head dK, dV in the workspace, then the group sum
+  BackwardWorkspace workspace;
+};
+
+// The plan of a backward (with_gradients) or attention_delta call (without: no workspace) whose
+// arguments passed cuda::check_supported_args.
+BackwardPlan plan_backward(const BackwardArgs& args, const AttentionOptions& options, bool with_gradients = true);
+
+// Queries per dQ block of the wgmma backward (BackwardParams::dq_semaphore: one turn counter each;
+// DqFragmentOrder::kBlockQ).
+inline constexpr int kBackwardBlockQ = 64;
+
+// The argument checks behind cuda::check_supported / check_supported_args (docs/cuda-kernels.md
+// "Strided tensors"), host code: options and shape (head_dim_compiled: whether this build has
+// kernels for the head dim; entry.cu knows), then the required pointers and each tensor's alignment.
+void check_shape_options(const AttentionShape& shape, const AttentionOptions& options, bool head_dim_compiled);
+void check_tensors(const ForwardArgs& args, const AttentionOptions& options);
+void check_tensors(const BackwardArgs& args, const AttentionOptions& options);
+// Every row (b, h, t) of a tensor starts `align` bytes aligned (base and the three strides).
+bool rows_aligned(const void* ptr, std::int64_t stride_b, std::int64_t stride_h, std::int64_t stride_t, int align);
+
+}  // namespace stableflash::attention::cuda

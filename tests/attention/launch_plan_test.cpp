@@ -1,0 +1,171 @@
+// The CUDA launch plan (attention/cuda/plan.hpp) on the CPU: which kernel, walk and template flags
+// a call gets. These are the choices the GPU path makes; entry.cu executes them unchanged.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "plan.hpp"
+#include "stableflash/attention/attention.hpp"
+#include "stableflash/attention/cuda.hpp"
+
+namespace stableflash::attention::cuda {
+namespace {
+
+// Aligned fake device pointers: the plan only looks at their addresses.
+template <class T>
+T* at(std::uintptr_t address) {
+  return reinterpret_cast<T*>(address);
+}
+
+ForwardArgs forward_args(const AttentionShape& s) {
+  ForwardArgs a;
+  a.shape = s;
+  a.q = at<const bf16>(0x10000), a.k = at<const bf16>(0x20000), a.v = at<const bf16>(0x30000);
+  a.o = at<bf16>(0x40000), a.lse = at<float>(0x50000);
+  return a;
+}
+
+struct Case {
+  int head_dim;
+  Numerics numerics;
+  ShiftPolicy policy;
+  bool count_events;
+  ForwardKernel kernel;
+  ForwardWalk walk;
+};
+
+TEST(LaunchPlan, ForwardKernelAndWalkPerShapeAndOptions) {
+  using enum ForwardKernel;
+  const Case cases[] = {
+      // the fused fast path: warp-specialized at D = 128, one warpgroup (pipelined) at D = 64
+      {128, Numerics::fused, ShiftPolicy::standard, false, warp_specialized, ForwardWalk::pipelined},
+      {128, Numerics::fused, ShiftPolicy::hashed_offset, false, warp_specialized, ForwardWalk::pipelined},
+      {128, Numerics::fused, ShiftPolicy::fixed_offset, false, warp_specialized, ForwardWalk::pipelined},
+      {64, Numerics::fused, ShiftPolicy::standard, false, one_warpgroup, ForwardWalk::pipelined},
+      {64, Numerics::fused, ShiftPolicy::hashed_offset, false, one_warpgroup, ForwardWalk::pipelined},
+      // the published rule counts ties per numerics tile: units with a pre-pass, one warpgroup
+      {128, Numerics::fused, ShiftPolicy::paper, false, one_warpgroup, ForwardWalk::units},
+      {64, Numerics::fused, ShiftPolicy::paper, false, one_warpgroup, ForwardWalk::units},
+      // event counters: units, so that the counts mean the CPU's
+      {128, Numerics::fused, ShiftPolicy::standard, true, one_warpgroup, ForwardWalk::units},
+      {64, Numerics::fused, ShiftPolicy::hashed_offset, true, one_warpgroup, ForwardWalk::units},
+      // paper numerics: always units, one warpgroup
+      {128, Numerics::paper, ShiftPolicy::standard, false, one_warpgroup, ForwardWalk::units},
+      {64, Numerics::paper, ShiftPolicy::hashed_offset, false, one_warpgroup, ForwardWalk::units},
+      {64, Numerics::paper, ShiftPolicy::paper, true, one_warpgroup, ForwardWalk::units},
+  };
+  for (const Case& c : cases) {
+    ForwardArgs a = forward_args({2, 4, 1000, 1000, c.head_dim});
+    TieCounts ties;
+    if (c.count_events) a.ties = &ties;
+    AttentionOptions opt;
+    opt.device = Device::cuda, opt.numerics = c.numerics, opt.policy = c.policy, opt.causal = true;
+    const ForwardPlan plan = plan_forward(a, opt);
+    const std::string what = "D " + std::to_string(c.head_dim) + " " + std::string(to_string(c.numerics)) + " " +
+                             std::string(to_string(c.policy)) + (c.count_events ? " counting" : "");
+    EXPECT_EQ(plan.kernel, c.kernel) << what;
+    EXPECT_EQ(plan.walk, c.walk) << what;
+    EXPECT_EQ(plan.head_dim, c.head_dim) << what;
+    EXPECT_EQ(plan.paper, c.numerics == Numerics::paper) << what;
+    EXPECT_EQ(plan.policy, c.policy) << what;
+    EXPECT_EQ(plan.count_events, c.count_events) << what;
+    EXPECT_TRUE(plan.tensor_maps) << what;
+    EXPECT_TRUE(plan.store_by_tma) << what;
+  }
+}
+
+TEST(LaunchPlan, TheFastPathTestAgreesWithTheKernelsCompileTimeOne) {
+  EXPECT_TRUE((kFastPathInstantiable<false, StandardShift>));
+  EXPECT_TRUE((kFastPathInstantiable<false, HashedOffsetShift>));
+  EXPECT_TRUE((kFastPathInstantiable<false, FixedOffsetShift>));
+  EXPECT_FALSE((kFastPathInstantiable<false, PublishedShift>));
+  EXPECT_FALSE((kFastPathInstantiable<true, StandardShift>));
+  EXPECT_TRUE(takes_fast_path(Numerics::fused, ShiftPolicy::standard, false));
+  EXPECT_FALSE(takes_fast_path(Numerics::fused, ShiftPolicy::standard, true));
+  EXPECT_FALSE(takes_fast_path(Numerics::fused, ShiftPolicy::paper, false));
+  EXPECT_FALSE(takes_fast_path(Numerics::paper, ShiftPolicy::hashed_offset, false));
+}
+
+TEST(LaunchPlan, OutputsWithoutSixteenByteRowsAreStoredElementWise) {
+  AttentionOptions opt;
+  opt.device = Device::cuda;
+  ForwardArgs a = forward_args({1, 2, 64, 64, 64});
+  a.o = at<bf16>(0x40004);  // 4-byte aligned: allowed, stored element-wise
+  EXPECT_FALSE(plan_forward(a, opt).store_by_tma);
+  a = forward_args({1, 2, 64, 64, 64});
+  a.o_residual = at<bf16>(0x60008);
+  EXPECT_FALSE(plan_forward(a, opt).store_by_tma);
+  a.o_residual = at<bf16>(0x60010);
+  EXPECT_TRUE(plan_forward(a, opt).store_by_tma);
+  a.strides.o = HeadStrides{2 * 64 * 66, 64 * 66, 66};  // token stride of 66 elements: 4-byte rows
+  EXPECT_FALSE(plan_forward(a, opt).store_by_tma);
+}
+
+BackwardArgs backward_args(const AttentionShape& s) {
+  BackwardArgs a;
+  a.shape = s;
+  a.q = at<const bf16>(0x10000), a.k = at<const bf16>(0x20000), a.v = at<const bf16>(0x30000);
+  a.o = at<const bf16>(0x40000), a.lse = at<const float>(0x50000), a.d_o = at<const bf16>(0x60000);
+  a.dq = at<bf16>(0x70000), a.dk = at<bf16>(0x80000), a.dv = at<bf16>(0x90000);
+  return a;
+}
+
+TEST(LaunchPlan, BackwardDeltaPassAndWorkspace) {
+  AttentionOptions opt;
+  opt.device = Device::cuda;
+  // (3, 4, 1000, 128): Tq padded to 1024 for the fragment-ordered dQ accumulator
+  const BackwardArgs a = backward_args({3, 4, 1000, 1000, 128});
+  BackwardPlan plan = plan_backward(a, opt);
+  EXPECT_EQ(plan.delta, DeltaPass::from_output);
+  EXPECT_EQ(plan.kv_group, 1);
+  EXPECT_EQ(plan.workspace.dq_bytes, std::size_t(3) * 4 * 1024 * 128 * 4);
+  EXPECT_EQ(plan.workspace.semaphores, 0u);
+  EXPECT_EQ(plan.workspace.delta_bytes, std::size_t(3) * 4 * 1000 * 4);
+  EXPECT_EQ(plan.workspace.per_head_bytes, 0u);
+  EXPECT_EQ(plan.workspace.zeroed_bytes(), plan.workspace.dq_bytes);
+  // no per-head parts: the allocation ends at the 256-byte boundary after delta (entry.cu's former layout)
+  EXPECT_EQ(plan.workspace.total, (plan.workspace.at_delta + plan.workspace.delta_bytes + 255) / 256 * 256);
+
+  opt.deterministic = true, opt.delta_source = DeltaSource::exact;
+  plan = plan_backward(a, opt);
+  EXPECT_EQ(plan.delta, DeltaPass::exact);
+  EXPECT_EQ(plan.workspace.semaphores, std::size_t(3) * 4 * 16);  // one turn counter per 64-query block
+  EXPECT_EQ(plan.workspace.at_semaphores % 256, 0u);
+  EXPECT_EQ(plan.workspace.zeroed_bytes(), plan.workspace.at_semaphores + 3 * 4 * 16 * sizeof(int));
+
+  // grouped-query heads (16 query heads, 2 KV heads): per-query-head dK, dV parts; a given delta
+  // output needs no workspace part
+  BackwardArgs g = backward_args({2, 16, 256, 256, 64});
+  g.shape.kv_heads = 2;
+  float delta_out = 0.0f;
+  g.delta = &delta_out;
+  plan = plan_backward(g, AttentionOptions{});
+  EXPECT_EQ(plan.kv_group, 8);
+  EXPECT_EQ(plan.workspace.delta_bytes, 0u);
+  EXPECT_EQ(plan.workspace.per_head_bytes, std::size_t(2) * 16 * 256 * 64 * 2);
+  EXPECT_EQ(plan.workspace.at_dk % 256, 0u);
+  EXPECT_EQ(plan.workspace.at_dv, plan.workspace.at_dk + plan.workspace.per_head_bytes);
+  EXPECT_EQ(plan.workspace.total, plan.workspace.at_dv + plan.workspace.per_head_bytes);
+  // attention_delta alone has no workspace
+  EXPECT_EQ(plan_backward(g, AttentionOptions{}, /*with_gradients=*/false).workspace.total, 0u);
+}
+
+TEST(LaunchPlan, ArgumentChecksNameTheField) {
+  AttentionOptions opt;
+  opt.device = Device::cuda;
+  ForwardArgs a = forward_args({1, 2, 64, 64, 64});
+  EXPECT_NO_THROW(check_tensors(a, opt));
+  a.strides.q = HeadStrides{2 * 64 * 68, 64 * 68, 68};
+  try {
+    check_tensors(a, opt);
+    FAIL() << "strides.q.t = 68 passed";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("strides.q.t = 68 must be a multiple of 8 elements"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(check_shape_options({1, 2, 64, 64, 96}, opt, /*head_dim_compiled=*/false), std::invalid_argument);
+  opt.tile_k = 96;
+  EXPECT_THROW(check_shape_options({1, 2, 64, 64, 64}, opt, true), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace stableflash::attention::cuda
