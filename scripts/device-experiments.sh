@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # On a GPU machine with two GPUs: two sets of the failure experiment side by side, one per GPU
 # (scripts/experiment-failure.sh), then one archive of their tables and metrics in $OUT (the GPU
-# machine returns few files). Arguments: two quoted argument lists for experiment-failure.sh.
-#   scripts/device-experiments.sh "--round-bits 2 --seeds '2 3'" "--optimizer muon --seeds 1"
+# machine returns few files). Arguments: one quoted argument list for experiment-failure.sh per GPU.
+# Every set stops after EXPERIMENT_SECONDS (default 240) and the archive holds what finished (the
+# tables can be rebuilt from it with scripts/failure-table.py).
+#   EXPERIMENT_SECONDS=300 scripts/device-experiments.sh "--round-bits 2 --seeds '2 3'" "--optimizer muon --seeds 1"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
@@ -16,10 +18,11 @@ runs=$(mktemp -d)
 gpu=0
 for args in "$@"; do
   eval "set -- $args"
-  CUDA_VISIBLE_DEVICES=$gpu STABLEFLASH_BIN=$BIN/stableflash OUT=$runs/gpu$gpu bash scripts/experiment-failure.sh "$@" >"$runs/gpu$gpu.log" 2>&1 &
+  CUDA_VISIBLE_DEVICES=$gpu STABLEFLASH_BIN=$BIN/stableflash OUT=$runs/gpu$gpu timeout "${EXPERIMENT_SECONDS:-240}" \
+    bash scripts/experiment-failure.sh "$@" >"$runs/gpu$gpu.log" 2>&1 &
   gpu=$((gpu + 1))
 done
 wait
 cat "$runs"/gpu*.log
 # metrics and tables only (checkpoints stay behind)
-(cd "$runs" && tar -cf - $(find . -name metrics.jsonl -o -name 'table-*.md' -o -name '*.log') | xz -6 >"$OUT/experiments.tar.xz")
+(cd "$runs" && tar -cf - $(find . -name metrics.jsonl -o -name 'table-*.md' -o -name '*.log' -o -name '*.err') | xz -6 >"$OUT/experiments.tar.xz")
