@@ -10,6 +10,7 @@
 #                                                     # the peer scripts to .peers
 #   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-audit] [--skip-peer-values] [--skip-bench]
 #                                              [--skip-train] [--train-only] [--skip-dist] [--dist-only] [--skip-python] [--python]
+#                                              [--skip-dist-bench] [--dist-bench-only]
 # The Python part (--python: only it): installs the wheel (scripts/build-wheel.sh; pack copies it into
 # the devbin) with pip --no-index into a temporary --target folder, then runs tests/python_gpu (opcheck,
 # values against SDPA in FP64, torch.compile), the op's cost over the C++ entry point, the nanoGPT-style
@@ -61,7 +62,7 @@ if [ "${1:-}" = "pack" ]; then
   exit 0
 fi
 
-quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1 train=1 dist=1 train_single=1 python=1
+quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1 train=1 dist=1 train_single=1 python=1 dist_checks=1 dist_bench=1
 for a in "$@"; do
   case "$a" in
     --quick) quick=1 ;;
@@ -73,6 +74,9 @@ for a in "$@"; do
     --skip-train) train=0 ;;
     --skip-dist) dist=0 ;;
     --dist-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 train_single=0 python=0 ;;
+    # The data-parallel part in two calls, for callers with a per-command time limit:
+    --skip-dist-bench) dist_bench=0 ;;
+    --dist-bench-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 train_single=0 python=0 dist_checks=0 ;;
     --train-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 python=0 ;;
     --skip-python) python=0 ;;
     --python) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 train=0 python=1 ;;
@@ -304,6 +308,7 @@ if [ $train = 1 ] && [ $dist = 1 ] && [ "$gpus" -ge 2 ]; then
   W=$(mktemp -d)
   data=${STABLEFLASH_DATA:-$PWD/.deps/corpus/shards}
   common=(--preset tiny --quiet --set data.dir="$data" --set train.grad_accum=2 --set train.val_every=10 --set train.checkpoint_every=10)
+  if [ $dist_checks = 1 ]; then  # (the body keeps the indentation of the block: it holds here-documents)
   step "data parallel: CPU, one GPU, --gpus 2 and torchrun on the same 20 steps ($data)"
   "$BIN"/stableflash train "${common[@]}" --device cpu --steps 20 --run-dir "$W/cpu" || status=1
   "$BIN"/stableflash train "${common[@]}" --device cuda --steps 20 --run-dir "$W/g1" || status=1
@@ -397,7 +402,9 @@ EOF
   echo "launcher exit $rc after $(( $(date +%s) - t0 )) s:"; cat "$OUT/hang.log"
   { [ $rc != 0 ] && grep -q "no rank made progress" "$OUT/hang.log"; } || { echo "FAIL: the hang was not reported"; status=1; }
   kill -9 "$victim" 2>/dev/null
+  fi  # dist_checks
 
+  if [ $dist_bench = 1 ]; then
   step "benchmark: GPT-2 124M on two GPUs (B 16 per GPU) against one"
   : >"$OUT/dist-bench.jsonl"
   "$BIN"/stableflash bench train --preset gpt2-124m --device cuda --set train.grad_accum=1 --json "$OUT/dist-bench.jsonl" || status=1
@@ -416,6 +423,7 @@ for r in rows:
           f"{r['tokens_per_s']:.0f} tokens/s | {r['tokens_per_s'] / one['tokens_per_s']:.3f}x one GPU | peak {peaks} GiB | "
           f"waiting on communication {waits} |")
 EOF
+  fi  # dist_bench
   rm -rf "$W"
 fi
 

@@ -41,7 +41,11 @@ Collectives::Collectives(const World& world, cudaStream_t compute) : world_(worl
     std::_Exit(3);  // NCCL calls of this process may be blocked for good; the OS frees the GPU
   });
   check(ncclCommInitRank(&comm_, world.size, id, world.rank), "ncclCommInitRank");
-  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  // The highest priority: a reduction whose gradients are ready starts as soon as an SM frees up,
+  // instead of queueing behind the backward's kernels (it is what hides the communication).
+  int least = 0, greatest = 0;
+  check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+  check_cuda(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority");
   check_cuda(cudaMalloc(&scalars_, std::size_t(world.size) * sizeof(double)), "cudaMalloc (collective scalars)");
   check_cuda(cudaMallocHost(&host_scalars_, std::size_t(world.size) * sizeof(double)), "cudaMallocHost (collective scalars)");
 }
