@@ -1,18 +1,16 @@
 // The C ABI (include/stableflash/capi/stableflash_c.h) over attention::attention_forward/backward:
-// options through attention::set_option, tensor strides checked against what the C++ entry points
-// take, and every exception turned into a return code and a message.
+// options through attention::set_option, each tensor's strides passed through (ForwardStrides /
+// BackwardStrides), and every exception turned into a return code and a message.
 #include "stableflash/capi/stableflash_c.h"
 
-#include <array>
 #include <cstdio>
 #include <exception>
 #include <memory>
-#include <optional>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "stableflash/attention/attention.hpp"
+#include "stableflash/attention/cuda.hpp"
 #include "stableflash/attention/option_text.hpp"
 
 namespace sa = stableflash::attention;
@@ -58,47 +56,37 @@ sa::AttentionShape to_shape(const sf_shape* s) {
   return out;
 }
 
-// One tensor argument: its name, pointer and strides, and the [B, heads, len, D] it must span.
-struct Operand {
-  const char* name;
-  const sf_tensor* t;
-  int heads, len;
-};
-
-std::string strides_text(std::int64_t b, std::int64_t h, std::int64_t t) {
-  return "(" + std::to_string(b) + ", " + std::to_string(h) + ", " + std::to_string(t) + ")";
+// A required tensor argument: present, with a pointer.
+const sf_tensor& required(const char* name, const sf_tensor* t) {
+  if (!t || !t->data) throw std::invalid_argument(std::string(name) + ": required, got NULL");
+  return *t;
 }
 
-// A stride of a dimension of size 1 is never used, so it may be anything (as in PyTorch).
-bool has_layout(const Operand& x, const sa::AttentionShape& s, sa::Layout layout) {
-  const sa::HeadStrides want = sa::HeadStrides::of(layout, x.heads, x.len, s.head_dim);
-  return (s.batch == 1 || x.t->stride_b == want.b) && (x.heads == 1 || x.t->stride_h == want.h) &&
-         (x.len == 1 || x.t->stride_t == want.t);
+// An optional tensor argument (o_residual): absent or with NULL data means not passed.
+bool present(const sf_tensor* t) { return t && t->data; }
+
+// Each tensor's own strides go through to the C++ entry points (ForwardStrides / BackwardStrides):
+// any strided view runs as it is, on the CPU; the CUDA kernels' alignment rules are
+// cuda::check_supported_args's (docs/cuda-kernels.md, "Strided tensors"), which names the field it refuses.
+sa::HeadStrides strides_of(const sf_tensor& t) { return {t.stride_b, t.stride_h, t.stride_t}; }
+
+std::string strides_text(const sa::HeadStrides& s) {
+  return "(" + std::to_string(s.b) + ", " + std::to_string(s.h) + ", " + std::to_string(s.t) + ")";
 }
 
-// TODO(strides): the C++ attention takes one dense layout (bhtd or bthd) shared by every tensor
-// of a call; once AttentionArgs carries per-tensor strides (another branch adds them), pass each
-// operand's strides through instead of this check, and drop the copies the Python package makes.
-sa::Layout common_layout(const std::vector<Operand>& xs, const sa::AttentionShape& s) {
-  for (const Operand& x : xs)
-    if (!x.t || !x.t->data) throw std::invalid_argument(std::string(x.name) + ": required, got NULL");
-  for (sa::Layout layout : {sa::Layout::bhtd, sa::Layout::bthd}) {
-    bool all = true;
-    for (const Operand& x : xs) all = all && has_layout(x, s, layout);
-    if (all) return layout;
-  }
-  const sa::Layout layout = has_layout(xs[0], s, sa::Layout::bthd) ? sa::Layout::bthd : sa::Layout::bhtd;
-  for (const Operand& x : xs) {
-    if (has_layout(x, s, layout)) continue;
-    const sa::HeadStrides want = sa::HeadStrides::of(layout, x.heads, x.len, s.head_dim);
-    throw std::invalid_argument(std::string(x.name) + ": element strides (b, h, t) " +
-                                strides_text(x.t->stride_b, x.t->stride_h, x.t->stride_t) + " are not the dense " +
-                                std::string(sa::to_string(layout)) + " layout " + strides_text(want.b, want.h, want.t) +
-                                " of " + xs[0].name + "; the attention takes one dense layout, bhtd or bthd, for all "
-                                "its tensors for now");
-  }
-  return layout;  // unreachable: some operand failed above
+// The C++ side addresses o_residual with o's strides (dimensions of extent 1 aside: never stepped).
+void check_follows_o(const sf_tensor& r, const sf_tensor& o, const sa::AttentionShape& s) {
+  if ((s.batch == 1 || r.stride_b == o.stride_b) && (s.heads == 1 || r.stride_h == o.stride_h) &&
+      (s.q_len == 1 || r.stride_t == o.stride_t))
+    return;
+  throw std::invalid_argument("o_residual: element strides (b, h, t) " + strides_text(strides_of(r)) + " differ from o's " +
+                              strides_text(strides_of(o)) + "; o_residual is addressed with o's strides");
 }
+
+// The layout of args.layout: only a fallback for dimensions of extent 1, whose strides the C++ side
+// replaces by the packed ones (resolve_strides); q's order of the head and token strides, so that
+// the replacement matches q's neighbours.
+sa::Layout layout_of(const sf_tensor& q) { return q.stride_t > q.stride_h ? sa::Layout::bthd : sa::Layout::bhtd; }
 
 template <class T>
 T* data_of(const sf_tensor* t) {
@@ -108,6 +96,46 @@ T* data_of(const sf_tensor* t) {
 const sa::AttentionOptions& options_of(const sf_options* o) {
   if (!o) throw std::invalid_argument("options: NULL (create them with sf_options_create)");
   return o->options;
+}
+
+// The C++ arguments of one call: shape and options checked first (their messages say more than a
+// stride's), then each tensor present, with its own strides.
+sa::ForwardArgs forward_args(const sf_shape* shape, const sa::AttentionOptions& opt, const sf_tensor* q,
+                             const sf_tensor* k, const sf_tensor* v, const sf_tensor* o, float* lse,
+                             const sf_tensor* o_residual) {
+  sa::ForwardArgs a;
+  a.shape = to_shape(shape);
+  opt.validate(a.shape);
+  const sf_tensor &tq = required("q", q), &tk = required("k", k), &tv = required("v", v), &to = required("o", o);
+  if (!lse) throw std::invalid_argument("lse: required, got NULL");
+  a.layout = layout_of(tq);
+  a.q = data_of<const stableflash::bf16>(q), a.k = data_of<const stableflash::bf16>(k), a.v = data_of<const stableflash::bf16>(v);
+  a.o = data_of<stableflash::bf16>(o), a.lse = lse;
+  a.o_residual = present(o_residual) ? data_of<stableflash::bf16>(o_residual) : nullptr;
+  if (a.o_residual) check_follows_o(*o_residual, to, a.shape);
+  a.strides.q = strides_of(tq), a.strides.k = strides_of(tk), a.strides.v = strides_of(tv), a.strides.o = strides_of(to);
+  return a;
+}
+
+sa::BackwardArgs backward_args(const sf_shape* shape, const sa::AttentionOptions& opt, const sf_tensor* q,
+                               const sf_tensor* k, const sf_tensor* v, const sf_tensor* o, const float* lse,
+                               const sf_tensor* o_residual, const sf_tensor* d_o, const sf_tensor* dq,
+                               const sf_tensor* dk, const sf_tensor* dv) {
+  sa::BackwardArgs a;
+  a.shape = to_shape(shape);
+  opt.validate(a.shape);
+  const sf_tensor &tq = required("q", q), &tk = required("k", k), &tv = required("v", v), &to = required("o", o);
+  const sf_tensor &tdo = required("do", d_o), &tdq = required("dq", dq), &tdk = required("dk", dk), &tdv = required("dv", dv);
+  if (!lse) throw std::invalid_argument("lse: required, got NULL");
+  a.layout = layout_of(tq);
+  a.q = data_of<const stableflash::bf16>(q), a.k = data_of<const stableflash::bf16>(k), a.v = data_of<const stableflash::bf16>(v);
+  a.o = data_of<const stableflash::bf16>(o), a.lse = lse, a.d_o = data_of<const stableflash::bf16>(d_o);
+  a.o_residual = present(o_residual) ? data_of<const stableflash::bf16>(o_residual) : nullptr;
+  if (a.o_residual) check_follows_o(*o_residual, to, a.shape);
+  a.dq = data_of<stableflash::bf16>(dq), a.dk = data_of<stableflash::bf16>(dk), a.dv = data_of<stableflash::bf16>(dv);
+  a.strides.q = strides_of(tq), a.strides.k = strides_of(tk), a.strides.v = strides_of(tv), a.strides.o = strides_of(to);
+  a.strides.d_o = strides_of(tdo), a.strides.dq = strides_of(tdq), a.strides.dk = strides_of(tdk), a.strides.dv = strides_of(tdv);
+  return a;
 }
 
 }  // namespace
@@ -143,21 +171,7 @@ int sf_attention_forward(const sf_shape* shape, const sf_options* options, void*
   return guarded(err, err_size, [&] {
     sa::AttentionOptions opt = options_of(options);
     opt.cuda_stream = stream;
-    sa::ForwardArgs a;
-    a.shape = to_shape(shape);
-    opt.validate(a.shape);  // shape and options first: their messages say more than a stride's
-    const sa::AttentionShape& s = a.shape;
-    const int kv = s.resolved_kv_heads();
-    std::vector<Operand> xs = {{"q", q, s.heads, s.q_len}, {"k", k, kv, s.k_len}, {"v", v, kv, s.k_len},
-                               {"o", o, s.heads, s.q_len}};
-    const bool residual = o_residual && o_residual->data;
-    if (residual) xs.push_back({"o_residual", o_residual, s.heads, s.q_len});
-    if (!lse) throw std::invalid_argument("lse: required, got NULL");
-    a.layout = common_layout(xs, s);
-    a.q = data_of<const stableflash::bf16>(q), a.k = data_of<const stableflash::bf16>(k), a.v = data_of<const stableflash::bf16>(v);
-    a.o = data_of<stableflash::bf16>(o), a.lse = lse;
-    a.o_residual = residual ? data_of<stableflash::bf16>(o_residual) : nullptr;
-    sa::attention_forward(a, opt);
+    sa::attention_forward(forward_args(shape, opt, q, k, v, o, lse, o_residual), opt);
   });
 }
 
@@ -168,23 +182,28 @@ int sf_attention_backward(const sf_shape* shape, const sf_options* options, void
   return guarded(err, err_size, [&] {
     sa::AttentionOptions opt = options_of(options);
     opt.cuda_stream = stream;
-    sa::BackwardArgs a;
-    a.shape = to_shape(shape);
-    opt.validate(a.shape);  // shape and options first: their messages say more than a stride's
-    const sa::AttentionShape& s = a.shape;
-    const int kv = s.resolved_kv_heads();
-    std::vector<Operand> xs = {{"q", q, s.heads, s.q_len},   {"k", k, kv, s.k_len},   {"v", v, kv, s.k_len},
-                               {"o", o, s.heads, s.q_len},   {"do", d_o, s.heads, s.q_len},
-                               {"dq", dq, s.heads, s.q_len}, {"dk", dk, kv, s.k_len}, {"dv", dv, kv, s.k_len}};
-    const bool residual = o_residual && o_residual->data;
-    if (residual) xs.push_back({"o_residual", o_residual, s.heads, s.q_len});
-    if (!lse) throw std::invalid_argument("lse: required, got NULL");
-    a.layout = common_layout(xs, s);
-    a.q = data_of<const stableflash::bf16>(q), a.k = data_of<const stableflash::bf16>(k), a.v = data_of<const stableflash::bf16>(v);
-    a.o = data_of<const stableflash::bf16>(o), a.lse = lse, a.d_o = data_of<const stableflash::bf16>(d_o);
-    a.o_residual = residual ? data_of<const stableflash::bf16>(o_residual) : nullptr;
-    a.dq = data_of<stableflash::bf16>(dq), a.dk = data_of<stableflash::bf16>(dk), a.dv = data_of<stableflash::bf16>(dv);
-    sa::attention_backward(a, opt);
+    sa::attention_backward(backward_args(shape, opt, q, k, v, o, lse, o_residual, d_o, dq, dk, dv), opt);
+  });
+}
+
+int sf_attention_forward_check(const sf_shape* shape, const sf_options* options, const sf_tensor* q,
+                               const sf_tensor* k, const sf_tensor* v, const sf_tensor* o, const float* lse,
+                               const sf_tensor* o_residual, char* err, size_t err_size) {
+  return guarded(err, err_size, [&] {
+    const sa::AttentionOptions& opt = options_of(options);
+    const sa::ForwardArgs a = forward_args(shape, opt, q, k, v, o, const_cast<float*>(lse), o_residual);
+    if (opt.device == sa::Device::cuda) sa::cuda::check_supported_args(a, opt);
+  });
+}
+
+int sf_attention_backward_check(const sf_shape* shape, const sf_options* options, const sf_tensor* q,
+                                const sf_tensor* k, const sf_tensor* v, const sf_tensor* o, const float* lse,
+                                const sf_tensor* o_residual, const sf_tensor* d_o, const sf_tensor* dq,
+                                const sf_tensor* dk, const sf_tensor* dv, char* err, size_t err_size) {
+  return guarded(err, err_size, [&] {
+    const sa::AttentionOptions& opt = options_of(options);
+    const sa::BackwardArgs a = backward_args(shape, opt, q, k, v, o, lse, o_residual, d_o, dq, dk, dv);
+    if (opt.device == sa::Device::cuda) sa::cuda::check_supported_args(a, opt);
   });
 }
 

@@ -9,9 +9,10 @@
 #                                                     # (and build-cuda/devbin.tar.xz, what travels) and
 #                                                     # the peer scripts to .peers
 #   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-audit] [--skip-peer-values] [--skip-bench]
-#                                              [--skip-train] [--train-only] [--skip-dist] [--dist-only] [--skip-python] [--python]
+#                                              [--skip-train] [--train-only] [--skip-dist] [--dist-only] [--skip-python] [--python [--full]]
 #                                              [--skip-dist-bench] [--dist-bench-only]
-# The Python part (--python: only it): installs the wheel (scripts/build-wheel.sh; pack copies it into
+# The Python part (--python: only it, in its quick mode, about 2 minutes; --python --full: all of it,
+# about 10; the whole check runs it full unless --quick): installs the wheel (scripts/build-wheel.sh; pack copies it into
 # the devbin) with pip --no-index into a temporary --target folder, then runs tests/python_gpu (opcheck,
 # values against SDPA in FP64, torch.compile), the op's cost over the C++ entry point, the nanoGPT-style
 # training against SDPA (python/examples/train_gpt.py) and the bias audit of SDPA's backends and the op
@@ -63,9 +64,11 @@ if [ "${1:-}" = "pack" ]; then
 fi
 
 quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1 train=1 dist=1 train_single=1 python=1 dist_checks=1 dist_bench=1
+python_mode=  # --quick or --full for device-check-python.sh; --python alone: --quick
 for a in "$@"; do
   case "$a" in
     --quick) quick=1 ;;
+    --full) python_mode=--full ;;
     --skip-tests) tests=0 ;;
     --skip-sanitizer) sanitizer=0 ;;
     --skip-bench) bench=0 ;;
@@ -79,7 +82,7 @@ for a in "$@"; do
     --dist-bench-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 train_single=0 python=0 dist_checks=0 ;;
     --train-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 python=0 ;;
     --skip-python) python=0 ;;
-    --python) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 train=0 python=1 ;;
+    --python) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 train=0 python=1 python_mode=${python_mode:---quick} ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
 done
@@ -428,7 +431,8 @@ EOF
 fi
 
 if [ $python = 1 ]; then
-  scripts/device-check-python.sh "$BIN" "$OUT" $([ $quick = 1 ] && echo --quick) || status=1
+  [ -n "$python_mode" ] || python_mode=$([ $quick = 1 ] && echo --quick || echo --full)
+  scripts/device-check-python.sh "$BIN" "$OUT" "$python_mode" || status=1
 fi
 
 step "done (status $status); logs in $OUT"

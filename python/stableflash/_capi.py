@@ -6,7 +6,7 @@ import functools
 import os
 import threading
 
-ABI_VERSION = 1  # SF_C_ABI_VERSION of the header this file was written against
+ABI_VERSION = 2  # SF_C_ABI_VERSION of the header this file was written against
 _OK, _INVALID_ARGUMENT = 0, 1
 
 
@@ -45,6 +45,10 @@ def _load():
     lib.sf_attention_forward.argtypes = [ctypes.POINTER(Shape), vp, vp, tp, tp, tp, tp, vp, tp, cp, sz]
     lib.sf_attention_backward.restype = i32
     lib.sf_attention_backward.argtypes = [ctypes.POINTER(Shape), vp, vp, tp, tp, tp, tp, vp, tp, tp, tp, tp, tp, cp, sz]
+    lib.sf_attention_forward_check.restype = i32
+    lib.sf_attention_forward_check.argtypes = [ctypes.POINTER(Shape), vp, tp, tp, tp, tp, vp, tp, cp, sz]
+    lib.sf_attention_backward_check.restype = i32
+    lib.sf_attention_backward_check.argtypes = [ctypes.POINTER(Shape), vp, tp, tp, tp, tp, vp, tp, tp, tp, tp, tp, cp, sz]
     found = lib.sf_abi_version()
     if found != ABI_VERSION:
         raise ImportError(f"stableflash: {path} has C ABI version {found}, this package needs {ABI_VERSION}; "
@@ -122,3 +126,18 @@ def backward(shape, opts, stream, q, k, v, o, lse_ptr, o_residual, d_o, dq, dk, 
                                      ref(dk), ref(dv), buf, len(buf))
     if rc != _OK:
         _raise(rc, buf, "attention backward")
+
+
+def check(direction, shape, opts, q, k, v, o, lse_ptr, o_residual, d_o=None, dq=None, dk=None, dv=None):
+    """Whether the call would be accepted, without running it (sf_attention_*_check: with options for
+    device=cuda, the CUDA path's checks; no GPU needed): None, or the message the call would raise."""
+    buf = _error_buffer()
+    ref = ctypes.byref
+    res = ref(o_residual) if o_residual is not None else None
+    if direction == "forward":
+        rc = lib().sf_attention_forward_check(ref(shape), opts.handle, ref(q), ref(k), ref(v), ref(o), lse_ptr, res,
+                                              buf, len(buf))
+    else:
+        rc = lib().sf_attention_backward_check(ref(shape), opts.handle, ref(q), ref(k), ref(v), ref(o), lse_ptr, res,
+                                               ref(d_o), ref(dq), ref(dk), ref(dv), buf, len(buf))
+    return None if rc == _OK else buf.value.decode("utf-8", "replace")

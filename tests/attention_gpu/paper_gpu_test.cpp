@@ -8,14 +8,21 @@
 // one ulp; two can stack); lse = log(l) + m with a BF16 l, so a row whose l rounded the other way
 // moves by up to log(1 + 2^-7), and every other row agrees to FP32 log accuracy (2^-20 of
 // max(1, max|lse|)); such flipped rows must stay rare (<= 1%). The compensated O + r (an FP32
-// value) is held to O's bound. The counts of differing elements are printed; a
-// rounding point in the wrong place would change most elements, so more than 20% differing
-// fails as well (gradients sum ~T terms whose BF16(P) may flip: a few % differ, measured).
+// value) is held to O's ulp bound.
+//
+// How many elements may differ: about 10x the measured fraction (a rounding point in the wrong place
+// changes most elements, far above either). O: at most 250 of 512,000 elements (0.05%) over these
+// cases in the H200 runs (docs/cuda-kernels.md), so 0.5% (+ 1 element). dq, dk, dv sum ~T terms whose BF16(P)
+// may flip: "a few %" was all that was recorded, not a number per tensor, so they stay at 20%
+// (10x 2%) until a GPU run's `paper-mismatch` lines give one; then 10x the largest. Every tensor of
+// every case prints such a line, and the suite ends with the largest fraction per tensor:
+//   grep paper-mismatch <log>    (tensor, case, differing, elements, fraction, the bound held to)
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,10 +47,30 @@ std::string name_of(const ::testing::TestParamInfo<PaperCase>& info) {
          std::to_string(c.round_bits) + "_" + std::string(to_string(c.delta_source)) + (c.exact_inputs ? "_exact" : "_random");
 }
 
-void expect_close(const char* what, const Agreement& a, double max_ulps = 2.0, double max_fraction = 0.2) {
+// Largest fraction of differing elements per tensor over the cases run, printed at the suite's end.
+struct Worst {
+  double fraction = -1.0;
+  std::string where;
+};
+std::map<std::string, Worst>& worst_fractions() {
+  static std::map<std::string, Worst> w;
+  return w;
+}
+
+constexpr double kOFraction = 0.005;        // 10x the measured 0.05%
+constexpr double kGradientFraction = 0.2;   // 10x "a few %": not yet measured per tensor
+
+void expect_close(const char* what, const Agreement& a, double max_ulps = 2.0, double max_fraction = kGradientFraction) {
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const double fraction = a.elements ? double(a.differing) / double(a.elements) : 0.0;
   std::printf("    %-8s %s\n", what, a.str().c_str());
+  std::printf("    paper-mismatch tensor=%s case=%s differing=%lld elements=%lld fraction=%.6f bound=%.4f\n", what,
+              test.c_str(), static_cast<long long>(a.differing), static_cast<long long>(a.elements), fraction, max_fraction);
+  Worst& w = worst_fractions()[what];
+  if (fraction > w.fraction) w = {fraction, test};
   EXPECT_EQ(a.nonfinite, 0) << what << ": " << a.str();
-  EXPECT_LE(double(a.differing), max_fraction * double(a.elements)) << what << ": " << a.str();
+  // + 1: the smallest cases (256 elements) may show one flip without meaning more
+  EXPECT_LE(double(a.differing), max_fraction * double(a.elements) + 1.0) << what << ": " << a.str();
   EXPECT_LE(a.max_ulps, max_ulps) << what << ": " << a.str();
 }
 
@@ -74,7 +101,18 @@ void expect_lse_close(const std::vector<float>& g, const std::vector<float>& c) 
   EXPECT_LE(double(flipped), 0.01 * double(g.size()) + 1.0) << "rows whose l rounded the other way";
 }
 
-class PaperMode : public ::testing::TestWithParam<PaperCase> {};
+class PaperMode : public ::testing::TestWithParam<PaperCase> {
+ public:
+  static void TearDownTestSuite() {
+    std::string line = "paper-mismatch largest fraction per tensor:";
+    for (const auto& [tensor, w] : worst_fractions()) {
+      char buf[256];
+      std::snprintf(buf, sizeof buf, " %s %.6f (%s);", tensor.c_str(), w.fraction, w.where.c_str());
+      line += buf;
+    }
+    std::printf("%s\n", line.c_str());
+  }
+};
 
 TEST_P(PaperMode, MatchesTheCpuOracleUpToExpAccuracy) {
   SF_REQUIRE_GPU();
@@ -85,7 +123,7 @@ TEST_P(PaperMode, MatchesTheCpuOracleUpToExpAccuracy) {
   opt.numerics = Numerics::paper, opt.policy = c.policy, opt.causal = c.causal, opt.tile_k = c.tile;
   opt.round_bits = c.round_bits, opt.delta_source = c.delta_source;
   const Outputs g = run_gpu(in, opt, /*backward=*/true, /*count_ties=*/true), cpu = run_cpu(in, opt, /*backward=*/true);
-  expect_close("o", agreement(g.o, cpu.o));
+  expect_close("o", agreement(g.o, cpu.o), 2.0, kOFraction);
   expect_lse_close(g.lse, cpu.lse);
   if (c.delta_source == DeltaSource::compensated) expect_close("o+r", agreement(compensated(g), compensated(cpu)), 2.0, 1.0);
   expect_close("delta", agreement(g.delta, cpu.delta), 2.0, 1.0);

@@ -27,6 +27,8 @@ struct Lib {
   decltype(&sf_options_needs_residual) needs_residual = nullptr;
   decltype(&sf_attention_forward) forward = nullptr;
   decltype(&sf_attention_backward) backward = nullptr;
+  decltype(&sf_attention_forward_check) forward_check = nullptr;
+  decltype(&sf_attention_backward_check) backward_check = nullptr;
 
   Lib() {
     handle = dlopen(STABLEFLASH_C_LIB, RTLD_NOW | RTLD_LOCAL);
@@ -37,6 +39,8 @@ struct Lib {
     needs_residual = reinterpret_cast<decltype(needs_residual)>(dlsym(handle, "sf_options_needs_residual"));
     forward = reinterpret_cast<decltype(forward)>(dlsym(handle, "sf_attention_forward"));
     backward = reinterpret_cast<decltype(backward)>(dlsym(handle, "sf_attention_backward"));
+    forward_check = reinterpret_cast<decltype(forward_check)>(dlsym(handle, "sf_attention_forward_check"));
+    backward_check = reinterpret_cast<decltype(backward_check)>(dlsym(handle, "sf_attention_backward_check"));
   }
 };
 
@@ -72,7 +76,8 @@ sf_tensor tensor_of(const void* data, sa::Layout layout, int heads, int len, int
 TEST(CApi, LoadsAndExportsItsFunctions) {
   ASSERT_NE(lib().handle, nullptr) << dlerror();
   for (const char* name : {"sf_abi_version", "sf_options_create", "sf_options_destroy", "sf_options_needs_residual",
-                           "sf_attention_forward", "sf_attention_backward"})
+                           "sf_attention_forward", "sf_attention_backward", "sf_attention_forward_check",
+                           "sf_attention_backward_check"})
     EXPECT_NE(dlsym(lib().handle, name), nullptr) << name;
   EXPECT_EQ(lib().abi_version(), SF_C_ABI_VERSION);
   // hidden visibility: the C++ library inside is not exported (it would clash with other copies)
@@ -108,10 +113,12 @@ TEST(CApi, BadTensorsAreMessagesNamingTheArgument) {
   EXPECT_EQ(lib().forward(&shape, opt.handle, nullptr, &null_q, &k, &v, &out, lse.data(), nullptr, err, sizeof err),
             SF_INVALID_ARGUMENT);
   EXPECT_STREQ(err, "q: required, got NULL");
-  sf_tensor k_bthd = tensor_of(p.k.data(), sa::Layout::bthd, 2, 7, 64);
-  EXPECT_EQ(lib().forward(&shape, opt.handle, nullptr, &q, &k_bthd, &v, &out, lse.data(), nullptr, err, sizeof err),
+  std::vector<stableflash::bf16> res(p.q.size());
+  sf_tensor res_bthd = tensor_of(res.data(), sa::Layout::bthd, 2, 5, 64);
+  Options compensated_opt(Kv{{"device", "cpu"}, {"delta_source", "compensated"}});
+  EXPECT_EQ(lib().forward(&shape, compensated_opt.handle, nullptr, &q, &k, &v, &out, lse.data(), &res_bthd, err, sizeof err),
             SF_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(err).find("k: element strides (b, h, t) (896, 64, 128) are not the dense bhtd layout"),
+  EXPECT_NE(std::string(err).find("o_residual: element strides (b, h, t) (640, 64, 128) differ from o's (640, 320, 64)"),
             std::string::npos) << err;
   EXPECT_EQ(lib().forward(&shape, opt.handle, nullptr, &q, &k, &v, &out, nullptr, nullptr, err, sizeof err),
             SF_INVALID_ARGUMENT);
@@ -183,4 +190,100 @@ TEST(CApi, CpuResultsAreTheEntryPointsBitForBit) {
     EXPECT_TRUE(same(dk, want.dk));
     EXPECT_TRUE(same(dv, want.dv));
   }
+}
+
+// Each tensor's own strides go through: q, k, v, dq, dk, dv as views of one interleaved
+// [B, T, 3, H, D] buffer (a fused qkv projection), o and do in [B, T, H, D], give the bits of the
+// packed call.
+TEST(CApi, StridedViewsGiveThePackedResultsBitForBit) {
+  const sa::AttentionShape s{2, 3, 40, 40, 64};
+  const int B = s.batch, H = s.heads, T = s.q_len, D = s.head_dim, C = H * D;
+  Problem p(s, 11);
+  Options opt(Kv{{"device", "cpu"}, {"policy", "hashed_offset"}, {"delta_source", "compensated"}, {"causal", "true"}});
+  ASSERT_NE(opt.handle, nullptr) << opt.error;
+  const sf_shape shape{B, H, 0, T, T, D};
+  char err[1024] = "";
+  // packed bhtd
+  std::vector<stableflash::bf16> o(p.q.size()), res(p.q.size()), dq(p.q.size()), dk(p.k.size()), dv(p.k.size());
+  std::vector<float> lse(std::size_t(s.rows())), lse2(lse.size());
+  auto packed = [&](const void* d) { return tensor_of(d, sa::Layout::bhtd, H, T, D); };
+  sf_tensor q = packed(p.q.data()), k = packed(p.k.data()), v = packed(p.v.data()), out = packed(o.data());
+  sf_tensor r = packed(res.data()), d_o = packed(p.d_o.data()), gq = packed(dq.data()), gk = packed(dk.data()),
+            gv = packed(dv.data());
+  ASSERT_EQ(lib().forward(&shape, opt.handle, nullptr, &q, &k, &v, &out, lse.data(), &r, err, sizeof err), SF_OK) << err;
+  ASSERT_EQ(lib().backward(&shape, opt.handle, nullptr, &q, &k, &v, &out, lse.data(), &r, &d_o, &gq, &gk, &gv, err,
+                           sizeof err), SF_OK) << err;
+  // interleaved views
+  std::vector<stableflash::bf16> qkv(std::size_t(B) * T * 3 * C), grad(qkv.size()), o2(p.q.size()), res2(p.q.size()),
+      do2(p.q.size());
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int t = 0; t < T; ++t)
+        for (int d = 0; d < D; ++d) {
+          const std::size_t src = ((std::size_t(b) * H + h) * T + t) * D + d;
+          const std::size_t dst = (std::size_t(b) * T + t) * 3 * C + std::size_t(h) * D + d;
+          qkv[dst] = p.q[src], qkv[dst + C] = p.k[src], qkv[dst + 2 * C] = p.v[src];
+          do2[(std::size_t(b) * T + t) * C + std::size_t(h) * D + d] = p.d_o[src];
+        }
+  auto view = [&](void* base, std::int64_t offset) { return sf_tensor{static_cast<stableflash::bf16*>(base) + offset, std::int64_t(T) * 3 * C, D, 3 * C}; };
+  auto bthd = [&](void* d) { return tensor_of(d, sa::Layout::bthd, H, T, D); };
+  sf_tensor q2 = view(qkv.data(), 0), k2 = view(qkv.data(), C), v2 = view(qkv.data(), 2 * C), out2 = bthd(o2.data());
+  sf_tensor r2 = bthd(res2.data()), d_o2 = bthd(do2.data());
+  sf_tensor gq2 = view(grad.data(), 0), gk2 = view(grad.data(), C), gv2 = view(grad.data(), 2 * C);
+  ASSERT_EQ(lib().forward(&shape, opt.handle, nullptr, &q2, &k2, &v2, &out2, lse2.data(), &r2, err, sizeof err), SF_OK) << err;
+  ASSERT_EQ(lib().backward(&shape, opt.handle, nullptr, &q2, &k2, &v2, &out2, lse2.data(), &r2, &d_o2, &gq2, &gk2, &gv2,
+                           err, sizeof err), SF_OK) << err;
+  EXPECT_EQ(std::memcmp(lse.data(), lse2.data(), lse.size() * sizeof(float)), 0);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int t = 0; t < T; ++t)
+        for (int d = 0; d < D; ++d) {
+          const std::size_t src = ((std::size_t(b) * H + h) * T + t) * D + d;
+          const std::size_t dst = (std::size_t(b) * T + t) * 3 * C + std::size_t(h) * D + d;
+          const std::size_t row = (std::size_t(b) * T + t) * C + std::size_t(h) * D + d;
+          ASSERT_EQ(o[src].bits, o2[row].bits) << "o " << src;
+          ASSERT_EQ(res[src].bits, res2[row].bits) << "o_residual " << src;
+          ASSERT_EQ(dq[src].bits, grad[dst].bits) << "dq " << src;
+          ASSERT_EQ(dk[src].bits, grad[dst + C].bits) << "dk " << src;
+          ASSERT_EQ(dv[src].bits, grad[dst + 2 * C].bits) << "dv " << src;
+        }
+}
+
+// The check functions say what the call would say, without running it: on the CPU any strides,
+// with device = cuda the CUDA path's alignment rules (cuda::check_supported_args), no GPU needed.
+TEST(CApi, ChecksSayWhatTheCallWouldWithoutRunning) {
+  const int B = 1, H = 2, T = 16, D = 64;
+  const sf_shape shape{B, H, 0, T, T, D};
+  alignas(64) static stableflash::bf16 mem[4 * B * H * T * D + 64];
+  std::vector<float> lse(B * H * T);
+  char err[1024] = "";
+  auto t = [&](std::int64_t offset, std::int64_t sb, std::int64_t sh, std::int64_t st) {
+    return sf_tensor{mem + offset, sb, sh, st};
+  };
+  const std::int64_t n = std::int64_t(B) * H * T * D;
+  sf_tensor q = t(0, H * T * D, T * D, D), k = t(n, H * T * D, T * D, D), v = t(2 * n, H * T * D, T * D, D);
+  sf_tensor o = t(3 * n, H * T * D, T * D, D);
+  sf_tensor odd_t = t(n, H * T * (D + 4), T * (D + 4), D + 4);  // rows 68 elements apart
+  Options cpu(Kv{{"device", "cpu"}});
+  EXPECT_EQ(lib().forward_check(&shape, cpu.handle, &q, &odd_t, &v, &o, lse.data(), nullptr, err, sizeof err), SF_OK) << err;
+  sf_tensor null_k{};
+  EXPECT_EQ(lib().forward_check(&shape, cpu.handle, &q, &null_k, &v, &o, lse.data(), nullptr, err, sizeof err),
+            SF_INVALID_ARGUMENT);
+  EXPECT_STREQ(err, "k: required, got NULL");
+  if (!sa::cuda::built()) GTEST_SKIP() << "built without CUDA: the CUDA rules are not in this library";
+  Options gpu(Kv{{"device", "cuda"}});
+  EXPECT_EQ(lib().forward_check(&shape, gpu.handle, &q, &k, &v, &o, lse.data(), nullptr, err, sizeof err), SF_OK) << err;
+  EXPECT_EQ(lib().forward_check(&shape, gpu.handle, &q, &odd_t, &v, &o, lse.data(), nullptr, err, sizeof err),
+            SF_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("strides.k.t = 68 must be a multiple of 8 elements"), std::string::npos) << err;
+  sf_tensor shifted_v = t(2 * n + 4, H * T * D, T * D, D);  // 8 bytes off a 16-byte boundary
+  EXPECT_EQ(lib().forward_check(&shape, gpu.handle, &q, &k, &shifted_v, &o, lse.data(), nullptr, err, sizeof err),
+            SF_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("v must be 16-byte aligned"), std::string::npos) << err;
+  // the backward's o is read in 16-byte pieces; the forward writes o in pairs
+  sf_tensor o_pairs = t(3 * n + 2, H * T * D, T * D, D);
+  EXPECT_EQ(lib().forward_check(&shape, gpu.handle, &q, &k, &v, &o_pairs, lse.data(), nullptr, err, sizeof err), SF_OK) << err;
+  EXPECT_EQ(lib().backward_check(&shape, gpu.handle, &q, &k, &v, &o_pairs, lse.data(), nullptr, &o, &q, &k, &v, err,
+                                 sizeof err), SF_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err).find("o must be 16-byte aligned"), std::string::npos) << err;
 }

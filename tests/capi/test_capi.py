@@ -81,13 +81,36 @@ def bad_tensors_raise_naming_the_argument():
     o = (ctypes.c_uint16 * (b * h * t * d))()
     lse = (ctypes.c_float * (b * h * t))()
     opts = _capi.options((("device", "cpu"),))
-    bthd_k = _capi.Tensor(ctypes.addressof(k), t * h * d, d, h * d)
     call = lambda kk, shape=_capi.Shape(b, h, h, t, t, d): _capi.forward(
         shape, opts, None, dense(q, h, t, d), kk, dense(v, h, t, d), dense(o, h, t, d), ctypes.addressof(lse), None)
-    expect_error(ValueError, "k: element strides (b, h, t) (512, 64, 128) are not the dense bhtd layout", lambda: call(bthd_k))
+    res = (ctypes.c_uint16 * (b * h * t * d))()
+    bthd_res = _capi.Tensor(ctypes.addressof(res), t * h * d, d, h * d)
+    expect_error(ValueError, "o_residual: element strides (b, h, t) (512, 64, 128) differ from o's (512, 256, 64)",
+                 lambda: _capi.forward(_capi.Shape(b, h, h, t, t, d), _capi.options((("device", "cpu"), ("delta_source", "compensated"))),
+                                       None, dense(q, h, t, d), dense(k, h, t, d), dense(v, h, t, d), dense(o, h, t, d),
+                                       ctypes.addressof(lse), bthd_res))
     expect_error(ValueError, "kv_heads", lambda: call(dense(k, h, t, d), _capi.Shape(b, h, 3, t, t, d)))
     null = _capi.Tensor(None, 0, 0, 0)
     expect_error(ValueError, "k: required, got NULL", lambda: call(null))
+
+
+@test
+def each_tensor_has_its_own_strides():
+    b, h, t, d = 1, 2, 6, 64
+    q, k, v = buffers(b, h, t, t, d, 3)
+    k_bthd = (ctypes.c_uint16 * len(k))()
+    for hh in range(h):
+        for tt in range(t):
+            k_bthd[(tt * h + hh) * d:(tt * h + hh + 1) * d] = k[(hh * t + tt) * d:(hh * t + tt + 1) * d]
+    opts = _capi.options((("device", "cpu"),))
+    outs = []
+    for kk in (dense(k, h, t, d), _capi.Tensor(ctypes.addressof(k_bthd), t * h * d, d, h * d)):
+        o = (ctypes.c_uint16 * (b * h * t * d))()
+        lse = (ctypes.c_float * (b * h * t))()
+        _capi.forward(_capi.Shape(b, h, h, t, t, d), opts, None, dense(q, h, t, d), kk, dense(v, h, t, d),
+                      dense(o, h, t, d), ctypes.addressof(lse), None)
+        outs.append(list(o))
+    assert outs[0] == outs[1], "k in [B, T, H, D] memory gave other bits than k in [B, H, T, D]"
 
 
 def main():

@@ -1,6 +1,6 @@
 // The attention probes (diag/attention_probes.hpp) against independent computations:
 //   - row statistics with every row sampled against the CPU kernel's own per-head counters (a
-//     separate implementation of the same definitions: numerics.md "The audit's measures"), and
+//     separate implementation of the same definitions: docs/numerics-contract.md "The audit's measures"), and
 //     the largest logit and top-key mass against an FP64 softmax of the same BF16 inputs;
 //   - the delta shadow against FP64 sums of dO * residual;
 //   - the rank-1 similarity against explicit C x D matrices (Eigen, FP64).

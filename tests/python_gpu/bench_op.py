@@ -9,7 +9,8 @@ method (warm-up, windows of back-to-back calls between two CUDA events, median p
   C++     `stableflash bench attention` (cuda::bench, the C++ entry points timed the same way in
           C++), when $SF_BIN holds the program (scripts/device-check.sh sets it)
 
-    PYTHONPATH=<wheel dir> SF_PEERS=<dir of torch_peers.py> python3 tests/python_gpu/bench_op.py [--json FILE]
+    PYTHONPATH=<wheel dir> SF_PEERS=<dir of torch_peers.py> python3 tests/python_gpu/bench_op.py [--quick] [--json FILE]
+--quick: the first shape only (GPT-2's, causal).
 Exit status 0 unless something fails to run; the ratios are printed for a person to judge.
 """
 import argparse
@@ -76,13 +77,14 @@ def time_cpp(b, h, t, d, causal):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", help="append one JSON object per shape")
+    p.add_argument("--quick", action="store_true", help="the first shape only")
     a = p.parse_args()
     per_call_ms = peers_module().per_call_ms
     rows = []
     print(f"| shape (B,H,T,D) | mask | op fwd ms | C ABI fwd | C++ fwd | op bwd ms | C ABI bwd | C++ bwd | "
           f"op/C ABI fwd | op/C ABI bwd | op/C++ fwd | op/C++ bwd |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for b, h, t, d, causal in SHAPES:
+    for b, h, t, d, causal in SHAPES[:1] if a.quick else SHAPES:
         torch.manual_seed(0)
         q, k, v = (torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
         do = torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16)

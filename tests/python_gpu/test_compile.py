@@ -4,7 +4,8 @@ error), static and dynamic shapes, forward and backward, bitwise equal to eager 
 around the op is exact (views and copies), and a transformer block (LayerNorm, Linear, attention,
 projection) that compiles whole and trains a step.
 
-    PYTHONPATH=<wheel install dir> python3 tests/python_gpu/test_compile.py
+    PYTHONPATH=<wheel install dir> python3 tests/python_gpu/test_compile.py [--quick]
+--quick: the static-shape full graph only (one compilation).
 """
 import os
 import sys
@@ -13,7 +14,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runner import main, test  # noqa: E402
+from runner import main, quick, test  # noqa: E402
 
 from stableflash.torch import attention  # noqa: E402
 
@@ -41,6 +42,7 @@ def eager_and_compiled(fn, compiled, t, seed):
 
 
 @test
+@quick
 def fullgraph_static_shapes_bitwise_equal_to_eager():
     torch._dynamo.reset()
     compiled = torch.compile(attend, fullgraph=True)

@@ -3,7 +3,9 @@
 against SDPA in FP64 within the FlashAttention bound; layouts and strided views; options reaching
 the kernels; errors that name the argument; the caller's stream without synchronisation.
 
-    PYTHONPATH=<wheel install dir> python3 tests/python_gpu/test_op.py [NAME_SUBSTRING ...]
+    PYTHONPATH=<wheel install dir> python3 tests/python_gpu/test_op.py [--quick] [NAME_SUBSTRING ...]
+--quick: the tests marked @quick (all but the long value sweep), opcheck on fewer configurations, the
+values on issue 12's four benchmark shapes at reduced batch x heads.
 
 The bound (FlashAttention's tests, docs/architecture.md): max|ours - ref| <= 2 max|peer - ref| + ulp,
 ref = SDPA in FP64 on the same BF16 input values, peer = SDPA's own BF16 result (the flash backend,
@@ -25,9 +27,11 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runner import Skip, main, test  # noqa: E402
+from arrangements import ALIGNED, ARRANGEMENTS  # noqa: E402
+from runner import Skip, main, quick, quick_mode, test  # noqa: E402
 
 import stableflash.torch as sft  # noqa: E402
+from stableflash import _capi  # noqa: E402
 from stableflash.torch import attention  # noqa: E402
 
 DEV = "cuda"
@@ -92,7 +96,10 @@ def check_case(b, h, tq, tk, d, causal, seed, kv_heads=None, layout="bhtd", memo
     q, k, v = randn((b, h, tq, d), seed), randn((b, kvh, tk, d), seed + 1), randn((b, kvh, tk, d), seed + 2)
     d_o = randn((b, h, tq, d), seed + 3)
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-    user = [arrange(x, memory) for x in leaves]
+    if memory == "nanogpt":  # q, k, v split out of one [B, T, 3C] product (Tq == Tk, H == H_kv)
+        user = ARRANGEMENTS["nanogpt"](*leaves)
+    else:
+        user = [arrange(x, memory) for x in leaves]
     if layout == "bthd":
         user = [x.transpose(1, 2).contiguous() for x in user]  # the caller's [B, T, H, D] tensors
     o_user = attention(*user, causal=causal, scale=scale, layout=layout, **kw)
@@ -121,6 +128,8 @@ def values_and_gradients_within_the_flash_bound():
     check_case(2, 2, 1025, 1025, 128, True, 120, memory="bthd", delta_source="exact")
     check_case(1, 4, 300, 517, 64, True, 130, memory="strided", policy="standard", delta_source="compensated")
     check_case(2, 8, 256, 256, 64, False, 140, scale=0.3, deterministic=True)
+    check_case(2, 6, 640, 640, 64, True, 142, memory="nanogpt")  # the views of a fused qkv, no copies
+    check_case(1, 4, 333, 333, 128, True, 144, memory="odd")  # unaligned rows: copied, then the same
     check_case(1, 2, 1, 97, 64, True, 150)  # one query row (decoding)
     # One key: dq is exactly 0 in FP64, so the bound is 0; the standard shift makes P-bar exactly 1
     # and ours exact too (an offset policy's P-bar < 1 rounds in P-bar V: a tiny dq, rightly unbounded here).
@@ -129,6 +138,19 @@ def values_and_gradients_within_the_flash_bound():
 
 
 @test
+@quick
+def values_on_the_benchmark_shapes():
+    # issue 12's four shapes, (16,12,1024,64) full and causal, (8,16,4096,128) and (2,16,16384,128)
+    # causal, at reduced batch x heads: the FP64 reference materializes [B, H, T, T] several times
+    # (T = 16384: 8.6 GB per FP64 matrix per 4 heads); T, D and the mask as benchmarked
+    check_case(2, 12, 1024, 1024, 64, False, 170)
+    check_case(2, 12, 1024, 1024, 64, True, 171)
+    check_case(1, 16, 4096, 4096, 128, True, 172)
+    check_case(1, 4, 16384, 16384, 128, True, 173)
+
+
+@test
+@quick
 def grouped_query_heads():
     try:
         check_case(2, 8, 512, 512, 64, True, 200, kv_heads=2)
@@ -140,21 +162,118 @@ def grouped_query_heads():
 
 
 @test
+@quick
 def outputs_keep_the_inputs_memory_layout():
     for memory, want in (("bhtd", "bhtd"), ("bthd", "bthd")):
         q = arrange(randn((2, 4, 64, 64), 1), memory)
         o = attention(q, q, q)
         got = "bhtd" if o.is_contiguous() else "bthd" if o.transpose(1, 2).is_contiguous() else "other"
         assert got == want, f"{memory} input gave a {got} output"
+    # the views of a fused qkv projection: o dense in [B, T, H, D], so nanoGPT's reshape is a view
+    q, k, v = ARRANGEMENTS["nanogpt"](*(randn((2, 4, 64, 64), s) for s in (2, 3, 4)))
+    o = attention(q, k, v, causal=True)
+    assert o.transpose(1, 2).is_contiguous(), f"nanoGPT views gave an output with strides {o.stride()}"
+
+
+def contiguous_and_arranged(b, h, t, d, seed, name, d_o=None, **kw):
+    """o, dq, dk, dv of the op on contiguous inputs and on the arrangement `name` of the same values."""
+    q, k, v = (randn((b, h, t, d), seed + i) for i in range(3))
+    d_o = randn((b, h, t, d), seed + 3) if d_o is None else d_o
+    out = []
+    for xs in ((q, k, v), ARRANGEMENTS[name](q, k, v)):
+        xs = [x.detach().requires_grad_() for x in xs]
+        o = attention(*xs, **kw)
+        out.append([o.detach()] + list(torch.autograd.grad(o, xs, d_o)))
+    return out
 
 
 @test
+@quick
+def strided_views_give_the_bits_of_contiguous_inputs():
+    # deterministic: the default dQ accumulation's atomics would make two runs differ anyway
+    for name in ARRANGEMENTS:
+        for (b, h, t, d), kw in (((2, 3, 300, 64), dict(causal=True)),
+                                 ((1, 2, 200, 128), dict(causal=False, policy="standard", delta_source="rounded")),
+                                 ((2, 2, 256, 64), dict(causal=True, numerics="paper", policy="paper"))):
+            want, got = contiguous_and_arranged(b, h, t, d, 300, name, deterministic=True, **kw)
+            for what, g, w in zip(("o", "dq", "dk", "dv"), got, want):
+                assert torch.equal(g, w), f"{name} ({b},{h},{t},{d}) {kw}: {what} differs from the contiguous call"
+    print(f"    {', '.join(ARRANGEMENTS)}: o, dq, dk, dv bitwise the contiguous call's")
+
+
+@test
+@quick
+def aligned_views_reach_the_kernels_without_copies():
+    seen = {}
+    forward, backward = _capi.forward, _capi.backward
+
+    def spy_forward(shape, opts, stream, q, k, v, o, lse, res):
+        seen["forward"] = [x.data for x in (q, k, v)]
+        return forward(shape, opts, stream, q, k, v, o, lse, res)
+
+    def spy_backward(shape, opts, stream, q, k, v, o, lse, res, d_o, dq, dk, dv):
+        seen["backward"] = [x.data for x in (q, k, v)]
+        return backward(shape, opts, stream, q, k, v, o, lse, res, d_o, dq, dk, dv)
+
+    _capi.forward, _capi.backward = spy_forward, spy_backward
+    try:
+        for name in ARRANGEMENTS:
+            xs = [x.detach().requires_grad_() for x in ARRANGEMENTS[name](*(randn((2, 3, 128, 64), s) for s in (5, 6, 7)))]
+            o = attention(*xs, causal=True)
+            torch.autograd.grad(o, xs, torch.ones_like(o))
+            ptrs = [x.data_ptr() for x in xs]
+            for direction in ("forward", "backward"):
+                if name in ALIGNED:
+                    assert seen[direction] == ptrs, f"{name}: the {direction} got copies of aligned views"
+                else:
+                    assert all(p != x and p % 16 == 0 for p, x in zip(seen[direction], ptrs)), \
+                        f"{name}: the {direction} did not get aligned copies"
+    finally:
+        _capi.forward, _capi.backward = forward, backward
+
+
+@test
+@quick
+def output_gradients_with_any_strides():
+    # dO as autograd hands it over: from a [B, T, C] reshape (bthd), a wide view, an odd offset
+    # (copied), an expanded value (all strides 0: o.sum(); copied: the head dim is not contiguous)
+    b, h, t, d = 2, 3, 256, 64
+    base = randn((b, h, t, d), 400)
+    flat = torch.zeros(base.numel() + 1, dtype=base.dtype, device=DEV)
+    odd = flat[1:].view(base.shape)
+    odd.copy_(base)
+    for d_o in (base.transpose(1, 2).contiguous().transpose(1, 2), torch.cat([base, base], -1)[..., :d], odd,
+                torch.ones((), dtype=torch.bfloat16, device=DEV).expand(b, h, t, d)):
+        want, got = contiguous_and_arranged(b, h, t, d, 410, "nanogpt", d_o=d_o.contiguous(), causal=True, deterministic=True)
+        got = contiguous_and_arranged(b, h, t, d, 410, "nanogpt", d_o=d_o, causal=True, deterministic=True)[1]
+        for what, g, w in zip(("o", "dq", "dk", "dv"), got, want):
+            assert torch.equal(g, w), f"dO strides {d_o.stride()}: {what} differs from the dense dO's"
+
+
+@test
+@quick
+def broadcast_output_gradient_rows():
+    # dO = w.expand(B, H, T, D) (the gradient of (o * w).sum(), w of shape [D]): head dim contiguous,
+    # b, h, t strides 0, which cuda::check_supported accepts (0 is a multiple of 16 bytes), so the
+    # kernels read it as it is (bulk tensor copies with zero strides)
+    b, h, t, d = 2, 3, 256, 64
+    w = randn((d,), 420)
+    want, got = contiguous_and_arranged(b, h, t, d, 430, "nanogpt", d_o=w.expand(b, h, t, d).contiguous(),
+                                        causal=True, deterministic=True)
+    got = contiguous_and_arranged(b, h, t, d, 430, "nanogpt", d_o=w.expand(b, h, t, d), causal=True, deterministic=True)[1]
+    for what, g, w_ in zip(("o", "dq", "dk", "dv"), got, want):
+        assert torch.equal(g, w_), f"dO with strides (0, 0, 0, 1): {what} differs from the dense dO's"
+
+
+@test
+@quick
 def opcheck():
     op = torch.ops.stableflash.attention_forward.default
-    for memory in ("bhtd", "bthd"):
-        for options, causal in (("numerics=fused;policy=hashed_offset;delta_source=compensated", True),
-                                ("numerics=fused;policy=standard;delta_source=rounded", False),
-                                ("numerics=paper;policy=paper;delta_source=exact", True)):
+    configs = (("numerics=fused;policy=hashed_offset;delta_source=compensated", True),
+               ("numerics=fused;policy=standard;delta_source=rounded", False),
+               ("numerics=paper;policy=paper;delta_source=exact", True))
+    for memory in (("strided",) if quick_mode() else ("bhtd", "bthd", "strided")):
+        for options, causal in (configs[:1] if quick_mode() else configs):
             q, k, v = (arrange(randn((2, 3, 97, 64), s), memory).detach().requires_grad_() for s in (1, 2, 3))
             torch.library.opcheck(op, (q, k, v, causal, 0.0, options))
     q, k, v = (randn((1, 2, 65, 128), s).requires_grad_() for s in (4, 5, 6))
@@ -167,6 +286,7 @@ def opcheck():
 
 
 @test
+@quick
 def options_reach_the_kernels():
     q, k, v = (randn((2, 4, 512, 64), s).requires_grad_() for s in (10, 11, 12))
     d_o = randn((2, 4, 512, 64), 13)
@@ -181,6 +301,7 @@ def options_reach_the_kernels():
 
 
 @test
+@quick
 def paper_numerics_match_the_cpu_oracle():
     # Inputs whose dot products are exact in FP32 (multiples of 1/4, D = 64, scale 1/8), so S is
     # bitwise the CPU's; what may differ is exp's last bit flipping a BF16 rounding of P-bar, rarely
@@ -201,6 +322,7 @@ def paper_numerics_match_the_cpu_oracle():
 
 
 @test
+@quick
 def deterministic_backward_is_bitwise_repeatable():
     q, k, v = (randn((2, 4, 1000, 64), s).requires_grad_() for s in (20, 21, 22))
     d_o = randn((2, 4, 1000, 64), 23)
@@ -210,6 +332,7 @@ def deterministic_backward_is_bitwise_repeatable():
 
 
 @test
+@quick
 def errors_name_the_argument():
     q = randn((1, 2, 64, 64), 30)
     cases = [
@@ -234,6 +357,7 @@ def errors_name_the_argument():
 
 
 @test
+@quick
 def runs_on_the_callers_stream_without_synchronising():
     q0, k0, v0 = (randn((4, 8, 1024, 64), s) for s in (40, 41, 42))
     want = attention(q0, k0, v0, causal=True)

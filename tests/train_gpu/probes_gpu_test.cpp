@@ -4,7 +4,7 @@
 //     O's residual beside O, and the kernels' counters run in a separate forward).
 //   - The capture is what the layer computed: the CPU oracle run on the GPU's captured q, k, v
 //     gives the captured O, lse and residual within the numerics contract's bound for `paper`
-//     numerics (S bitwise equal; outputs within 2 BF16 ulps at max|O|, numerics.md), and the
+//     numerics (S bitwise equal; outputs within 2 BF16 ulps at max|O|, docs/numerics-contract.md), and the
 //     GPU kernels' per-head tie counters equal the CPU kernel's on the same inputs (S is bitwise
 //     equal in `paper` numerics, so the counted events are the same).
 //   - The delta shadow of the GPU capture equals the shadow of the CPU recomputation within the

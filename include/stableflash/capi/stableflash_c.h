@@ -4,8 +4,10 @@
  * of the CUDA major version (docs/python.md). Nothing C++ crosses this boundary: every exception
  * becomes a return code and a message in the caller's buffer.
  *
- * Tensors are BF16 (uint16 bit patterns), logically [B, H, T, D]; each comes with its element
- * strides of (b, h, t) and a head_dim stride of 1. lse is FP32 [B, H, Tq], contiguous.
+ * Tensors are BF16 (uint16 bit patterns), logically [B, H, T, D]; each comes with its own element
+ * strides of (b, h, t) and a head_dim stride of 1, passed through to the C++ entry points as they
+ * are (any view on the CPU; on the GPU rows must be aligned: sf_attention_forward_check below,
+ * docs/cuda-kernels.md "Strided tensors"). lse is FP32 [B, H, Tq], contiguous.
  * Device pointers when the options say device=cuda (the default here), host pointers for cpu. */
 #ifndef STABLEFLASH_CAPI_STABLEFLASH_C_H
 #define STABLEFLASH_CAPI_STABLEFLASH_C_H
@@ -24,8 +26,10 @@
 extern "C" {
 #endif
 
-/* Bumped whenever a signature below changes; the Python loader refuses a library of another. */
-#define SF_C_ABI_VERSION 1
+/* Bumped whenever a signature or a meaning below changes; the Python loader refuses a library of
+ * another. 2: every tensor's strides are passed through (1 took one dense layout for all), and the
+ * *_check functions. */
+#define SF_C_ABI_VERSION 2
 
 /* Return codes. */
 #define SF_OK 0
@@ -67,6 +71,19 @@ SF_API int sf_attention_backward(const sf_shape* shape, const sf_options* option
                           const sf_tensor* k, const sf_tensor* v, const sf_tensor* o, const float* lse,
                           const sf_tensor* o_residual, const sf_tensor* d_o, const sf_tensor* dq,
                           const sf_tensor* dk, const sf_tensor* dv, char* err, size_t err_size);
+
+/* Whether the call with these arguments would be accepted, without running anything (no GPU
+ * needed): the checks of sf_attention_forward / _backward, and for options with device = cuda the
+ * CUDA path's (cuda::check_supported_args: shape, options, each tensor's address and strides aligned as
+ * the kernels need). Pointers are only looked at (their alignment), never read. SF_OK, or the code
+ * and message the call would give. In a build without CUDA, device = cuda is SF_RUNTIME_ERROR. */
+SF_API int sf_attention_forward_check(const sf_shape* shape, const sf_options* options, const sf_tensor* q,
+                               const sf_tensor* k, const sf_tensor* v, const sf_tensor* o, const float* lse,
+                               const sf_tensor* o_residual, char* err, size_t err_size);
+SF_API int sf_attention_backward_check(const sf_shape* shape, const sf_options* options, const sf_tensor* q,
+                                const sf_tensor* k, const sf_tensor* v, const sf_tensor* o, const float* lse,
+                                const sf_tensor* o_residual, const sf_tensor* d_o, const sf_tensor* dq,
+                                const sf_tensor* dk, const sf_tensor* dv, char* err, size_t err_size);
 
 #ifdef __cplusplus
 }

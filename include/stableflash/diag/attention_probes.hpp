@@ -1,7 +1,7 @@
 // The attention probes of a training step, computed on the host from a capture (the layer's own
 // BF16 q, k, v, O, its rounding residual, lse and dO; model/attention_capture.hpp), so the CPU and
 // the GPU trainer share one definition. docs/training.md ("Probes") states each definition next to
-// the metrics.jsonl key it fills; the rounding points are numerics.md's (rounding_points.hpp) and
+// the metrics.jsonl key it fills; the rounding points are docs/numerics-contract.md's (rounding_points.hpp) and
 // the shift is the layer's policy (shift_policies.hpp), as in the kernels.
 #pragma once
 

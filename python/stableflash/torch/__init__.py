@@ -57,17 +57,17 @@ def attention(q, k, v, causal=False, scale=None, policy=DEFAULTS["policy"], delt
     top-left: the same when Tq == Tk). scale: None for 1/sqrt(D). policy, delta_source, numerics,
     deterministic and `options` (a dict of any further attention setting, e.g. {"tile_k": "256"})
     are read by the C++ option parser: the same names and values as `stableflash attention --help`.
-    Returns o in the layout of q, differentiable in q, k and v.
+    Any strides: every tensor is read and written through its own (on the GPU rows must start
+    16-byte aligned; a view that breaks this is copied once, docs/python.md). Returns o dense in the
+    layout of q (bthd for the views of a fused qkv projection), differentiable in q, k and v.
     """
     _check(q, k, v, layout)
     if layout == "bthd":  # to the op's [B, H, T, D] order: views, no copies
         q, k, v = (x.transpose(1, 2) for x in (q, k, v))
-    # The C++ attention takes one dense layout for all tensors of a call. q decides it (so a q
-    # viewed out of [B, T, H, D] storage stays uncopied); k and v are copied only if they differ.
-    # TODO(strides): the C++ API is getting per-tensor strides (another branch); then pass every
-    # view through as it is (the C ABI already carries each tensor's strides) and drop these copies.
-    mem = _layout.memory_layout(q) or "bhtd"
-    q, k, v = (_layout.dense_in(x, mem) for x in (q, k, v))
+    # Each tensor goes to the kernels with its own strides (split / view / transpose views of a fused
+    # qkv projection run without copies); only a view whose rows the CUDA kernels cannot address
+    # (unaligned: _layout.rows_aligned, the C++ check's rule) is copied, decided here from the strides.
+    q, k, v = (_layout.for_kernels(x, _layout.FORWARD_ALIGN[n]) for n, x in (("q", q), ("k", k), ("v", v)))
     pairs = [("numerics", numerics), ("policy", policy), ("delta_source", delta_source),
              ("deterministic", "true" if deterministic else "false")]
     for key, value in sorted((options or {}).items()):

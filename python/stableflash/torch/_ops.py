@@ -1,9 +1,10 @@
 """The custom ops stableflash::attention_forward / attention_backward: torch.library.custom_op over
 the C ABI (stableflash._capi), with fake implementations for torch.compile and the autograd formula.
 
-The ops take q, k, v logically [B, H, T, D] and dense in one memory layout (bhtd or bthd, the same
-for all; stableflash.torch.attention arranges that). Outputs come from PyTorch's caching allocator
-in that layout; the C++ side runs on the caller's current CUDA stream and never synchronises.
+The ops take q, k, v logically [B, H, T, D] with any strides (each goes to the C++ side with its
+own; on the GPU rows must be aligned, which stableflash.torch.attention arranges: _layout). Outputs
+come from PyTorch's caching allocator, dense in the layout closest to their input's (o like q, dq,
+dk, dv like q, k, v); the C++ side runs on the caller's current CUDA stream and never synchronises.
 `options` is "key=value;..." for attention::set_option (numerics, policy, delta_source, ...)."""
 import torch
 
@@ -64,8 +65,8 @@ class _on_device:
 
 
 def _forward_outputs(q, opts):
-    """o (and o_residual) dense in q's layout, lse [B, H, Tq] FP32."""
-    layout = _layout.memory_layout(q) or "bhtd"
+    """o (and o_residual) dense in the layout closest to q's, lse [B, H, Tq] FP32."""
+    layout = _layout.order(q)
     o = _layout.empty(q.shape, layout, q.dtype, q.device)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     res = (_layout.empty(q.shape, layout, q.dtype, q.device) if opts.needs_residual
@@ -91,19 +92,18 @@ def _(q, k, v, causal, scale, options):
     return _forward_outputs(q, parse_options(options, causal, scale, _device_kind(q)))
 
 
-def _backward_outputs(q, k, o):
-    layout = _layout.memory_layout(o) or "bhtd"
-    return (_layout.empty(q.shape, layout, q.dtype, q.device), _layout.empty(k.shape, layout, k.dtype, k.device),
-            _layout.empty(k.shape, layout, k.dtype, k.device))
+def _backward_outputs(q, k, v):
+    """dq, dk, dv dense in the layouts closest to q's, k's and v's."""
+    return tuple(_layout.empty(x.shape, _layout.order(x), x.dtype, x.device) for x in (q, k, v))
 
 
 @torch.library.custom_op(f"{_LIB}::attention_backward", mutates_args=())
 def attention_backward(d_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                        lse: torch.Tensor, o_residual: torch.Tensor, causal: bool, scale: float,
                        options: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Returns dq, dk, dv in the forward's layout."""
+    """Returns dq, dk, dv, each dense in the layout closest to its input's."""
     opts = parse_options(options, causal, scale, _device_kind(q))
-    dq, dk, dv = _backward_outputs(q, k, o)
+    dq, dk, dv = _backward_outputs(q, k, v)
     with _on_device(q):
         _capi.backward(_shape(q, k), opts, _stream(q), _tensor(q), _tensor(k), _tensor(v), _tensor(o), lse.data_ptr(),
                        _tensor(o_residual), _tensor(d_o), _tensor(dq), _tensor(dk), _tensor(dv))
@@ -112,7 +112,7 @@ def attention_backward(d_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
 
 @attention_backward.register_fake
 def _(d_o, q, k, v, o, lse, o_residual, causal, scale, options):
-    return _backward_outputs(q, k, o)
+    return _backward_outputs(q, k, v)
 
 
 def _setup_context(ctx, inputs, output):
@@ -126,8 +126,8 @@ def _backward(ctx, d_o, _d_lse, _d_res):
     # lse and o_residual are saved state, not results a caller differentiates (the public function
     # returns o only), so their incoming gradients are ignored.
     q, k, v, o, lse, res = ctx.saved_tensors
-    # TODO(strides): the C++ backward needs dO in o's layout; with per-tensor strides this copy goes.
-    d_o = _layout.dense_in(d_o, _layout.memory_layout(o) or "bhtd")
+    # dO goes with its own strides; copied only when the GPU cannot read its rows (the one rule)
+    d_o = _layout.for_kernels(d_o, _layout.BACKWARD_ALIGN["do"])
     dq, dk, dv = attention_backward(d_o, q, k, v, o, lse, res, ctx.causal, ctx.scale, ctx.options)
     return dq, dk, dv, None, None, None
 
