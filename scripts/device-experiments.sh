@@ -4,6 +4,8 @@
 # machine returns few files). Arguments: one quoted argument list for experiment-failure.sh per GPU.
 # Every set stops after EXPERIMENT_SECONDS (default 240) and the archive holds what finished (the
 # tables can be rebuilt from it with scripts/failure-table.py).
+# EXPERIMENT_GPUS lists the GPUs to use in turn (default 0 1 2 ...), EXPERIMENT_ARCHIVE the archive's
+# name in $OUT (default experiments.tar.xz).
 #   EXPERIMENT_SECONDS=300 scripts/device-experiments.sh "--round-bits 2 --seeds '2 3'" "--optimizer muon --seeds 1"
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,14 +17,16 @@ mkdir -p "$OUT"
 image_libs=$(python3 -c 'import nvidia, os; r = os.path.dirname(nvidia.__path__[0]); print(":".join(os.path.join(r, "nvidia", d, "lib") for d in ("cublas", "nccl", "cu13")))' 2>/dev/null)
 export LD_LIBRARY_PATH="$PWD/$BIN:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 runs=$(mktemp -d)
-gpu=0
+read -r -a gpus <<<"${EXPERIMENT_GPUS:-0 1 2 3 4 5 6 7}"
+i=0
 for args in "$@"; do
   eval "set -- $args"
+  gpu=${gpus[$i]}
   CUDA_VISIBLE_DEVICES=$gpu STABLEFLASH_BIN=$BIN/stableflash OUT=$runs/gpu$gpu timeout "${EXPERIMENT_SECONDS:-240}" \
     bash scripts/experiment-failure.sh "$@" >"$runs/gpu$gpu.log" 2>&1 &
-  gpu=$((gpu + 1))
+  i=$((i + 1))
 done
 wait
 cat "$runs"/gpu*.log
 # metrics and tables only (checkpoints stay behind)
-(cd "$runs" && tar -cf - $(find . -name metrics.jsonl -o -name 'table-*.md' -o -name '*.log' -o -name '*.err') | xz -6 >"$OUT/experiments.tar.xz")
+(cd "$runs" && tar -cf - $(find . -name metrics.jsonl -o -name 'table-*.md' -o -name '*.log' -o -name '*.err') | xz -6 >"$OUT/${EXPERIMENT_ARCHIVE:-experiments.tar.xz}")
