@@ -65,9 +65,9 @@ def attention(q, k, v, causal=False, scale=None, policy=DEFAULTS["policy"], delt
     if layout == "bthd":  # to the op's [B, H, T, D] order: views, no copies
         q, k, v = (x.transpose(1, 2) for x in (q, k, v))
     # Each tensor goes to the kernels with its own strides (split / view / transpose views of a fused
-    # qkv projection run without copies); only a view whose rows the CUDA kernels cannot address
-    # (unaligned: _layout.rows_aligned, the C++ check's rule) is copied, decided here from the strides.
-    q, k, v = (_layout.for_kernels(x, _layout.FORWARD_ALIGN[n]) for n, x in (("q", q), ("k", k), ("v", v)))
+    # qkv projection run without copies); the op itself copies only a view whose rows the CUDA kernels
+    # cannot address (_layout.for_kernels): inside the op, so that torch.compile never traces the
+    # storage offset it reads.
     pairs = [("numerics", numerics), ("policy", policy), ("delta_source", delta_source),
              ("deterministic", "true" if deterministic else "false")]
     for key, value in sorted((options or {}).items()):

@@ -79,7 +79,9 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
                       options: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Returns o, lse and o_residual (empty unless delta_source = compensated)."""
     opts = parse_options(options, causal, scale, _device_kind(q))
-    o, lse, res = _forward_outputs(q, opts)
+    o, lse, res = _forward_outputs(q, opts)  # laid out from the caller's q, as the fake implementation does
+    # the kernels take every view whose rows they can address; the rest are copied once (the one rule)
+    q, k, v = (_layout.for_kernels(x, _layout.FORWARD_ALIGN[n]) for n, x in (("q", q), ("k", k), ("v", v)))
     with _on_device(q):
         _capi.forward(_shape(q, k), opts, _stream(q), _tensor(q), _tensor(k), _tensor(v), _tensor(o), lse.data_ptr(),
                       _tensor(res))
@@ -103,7 +105,11 @@ def attention_backward(d_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
                        options: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Returns dq, dk, dv, each dense in the layout closest to its input's."""
     opts = parse_options(options, causal, scale, _device_kind(q))
-    dq, dk, dv = _backward_outputs(q, k, v)
+    dq, dk, dv = _backward_outputs(q, k, v)  # laid out from the caller's tensors, as the fake implementation does
+    # dO (e.g. an expanded gradient of o.sum()) and the saved inputs go with their own strides; copied
+    # only when the GPU cannot read their rows (the one rule)
+    q, k, v, o, o_residual, d_o = (_layout.for_kernels(x, _layout.BACKWARD_ALIGN[n]) if x.numel() else x
+                                   for n, x in (("q", q), ("k", k), ("v", v), ("o", o), ("o_residual", o_residual), ("do", d_o)))
     with _on_device(q):
         _capi.backward(_shape(q, k), opts, _stream(q), _tensor(q), _tensor(k), _tensor(v), _tensor(o), lse.data_ptr(),
                        _tensor(o_residual), _tensor(d_o), _tensor(dq), _tensor(dk), _tensor(dv))
@@ -126,8 +132,6 @@ def _backward(ctx, d_o, _d_lse, _d_res):
     # lse and o_residual are saved state, not results a caller differentiates (the public function
     # returns o only), so their incoming gradients are ignored.
     q, k, v, o, lse, res = ctx.saved_tensors
-    # dO goes with its own strides; copied only when the GPU cannot read its rows (the one rule)
-    d_o = _layout.for_kernels(d_o, _layout.BACKWARD_ALIGN["do"])
     dq, dk, dv = attention_backward(d_o, q, k, v, o, lse, res, ctx.causal, ctx.scale, ctx.options)
     return dq, dk, dv, None, None, None
 
