@@ -28,7 +28,8 @@ def rows_aligned(x, align):
     elems = align // x.element_size()
     if x.storage_offset() % elems != 0:
         return False
-    return all(x.shape[i] == 1 or (x.stride(i) >= 0 and x.stride(i) % elems == 0) for i in range(3))
+    shape, stride = x.shape, x.stride()  # once: each call is a trip into C++, and this runs per call
+    return all(shape[i] == 1 or (stride[i] >= 0 and stride[i] % elems == 0) for i in range(3))
 
 
 def order(x):

@@ -107,9 +107,9 @@ def attention_backward(d_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
     opts = parse_options(options, causal, scale, _device_kind(q))
     dq, dk, dv = _backward_outputs(q, k, v)  # laid out from the caller's tensors, as the fake implementation does
     # dO (e.g. an expanded gradient of o.sum()) and the saved inputs go with their own strides; copied
-    # only when the GPU cannot read their rows (the one rule)
-    q, k, v, o, o_residual, d_o = (_layout.for_kernels(x, _layout.BACKWARD_ALIGN[n]) if x.numel() else x
-                                   for n, x in (("q", q), ("k", k), ("v", v), ("o", o), ("o_residual", o_residual), ("do", d_o)))
+    # only when the GPU cannot read their rows (the one rule). o and o_residual are the forward's own
+    # dense outputs (aligned by the allocator), so they are not checked again.
+    q, k, v, d_o = (_layout.for_kernels(x, _layout.BACKWARD_ALIGN[n]) for n, x in (("q", q), ("k", k), ("v", v), ("do", d_o)))
     with _on_device(q):
         _capi.backward(_shape(q, k), opts, _stream(q), _tensor(q), _tensor(k), _tensor(v), _tensor(o), lse.data_ptr(),
                        _tensor(o_residual), _tensor(d_o), _tensor(dq), _tensor(dk), _tensor(dv))
