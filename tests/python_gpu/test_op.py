@@ -203,6 +203,24 @@ def strided_views_give_the_bits_of_contiguous_inputs():
 
 @test
 @quick
+def grouped_query_views_give_the_bits_of_contiguous_inputs():
+    # Llama-style fused projection [B, T, H + 2 H_kv, D]: q, k, v as head slices, no copies
+    b, h, kvh, t, d = 2, 8, 2, 300, 128
+    q, d_o = randn((b, h, t, d), 440), randn((b, h, t, d), 441)
+    k, v = randn((b, kvh, t, d), 442), randn((b, kvh, t, d), 443)
+    buf = torch.cat([x.transpose(1, 2) for x in (q, k, v)], dim=2)
+    views = [buf[:, :, :h].transpose(1, 2), buf[:, :, h:h + kvh].transpose(1, 2), buf[:, :, h + kvh:].transpose(1, 2)]
+    out = []
+    for xs in ((q, k, v), views):
+        xs = [x.detach().requires_grad_() for x in xs]
+        o = attention(*xs, causal=True, deterministic=True)
+        out.append([o.detach()] + list(torch.autograd.grad(o, xs, d_o)))
+    for what, g, w in zip(("o", "dq", "dk", "dv"), out[1], out[0]):
+        assert torch.equal(g, w), f"GQA views: {what} differs from the contiguous call"
+
+
+@test
+@quick
 def aligned_views_reach_the_kernels_without_copies():
     seen = {}
     forward, backward = _capi.forward, _capi.backward
