@@ -13,9 +13,9 @@
 // How many elements may differ: about 10x the measured fraction (a rounding point in the wrong place
 // changes most elements, far above either). O: at most 250 of 512,000 elements (0.05%) over these
 // cases in the H200 runs (docs/cuda-kernels.md), so 0.5% (+ 1 element). dq, dk, dv sum ~T terms whose BF16(P)
-// may flip: "a few %" was all that was recorded, not a number per tensor, so they stay at 20%
-// (10x 2%) until a GPU run's `paper-mismatch` lines give one; then 10x the largest. Every tensor of
-// every case prints such a line, and the suite ends with the largest fraction per tensor:
+// may flip: on the H200 (2026-11-30, these 15 cases) the largest fractions were dk 0.37%, dq 0.24%,
+// dv 0.17% (Tq1000Tk1000D128 tile 256 hashed_offset compensated), so 4% (about 10x the largest).
+// Every tensor of every case prints such a line, and the suite ends with the largest fraction per tensor:
 //   grep paper-mismatch <log>    (tensor, case, differing, elements, fraction, the bound held to)
 #include <gtest/gtest.h>
 
@@ -58,7 +58,7 @@ std::map<std::string, Worst>& worst_fractions() {
 }
 
 constexpr double kOFraction = 0.005;        // 10x the measured 0.05%
-constexpr double kGradientFraction = 0.2;   // 10x "a few %": not yet measured per tensor
+constexpr double kGradientFraction = 0.04;  // about 10x the measured 0.37% (dk)
 
 void expect_close(const char* what, const Agreement& a, double max_ulps = 2.0, double max_fraction = kGradientFraction) {
   const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
