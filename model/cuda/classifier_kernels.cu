@@ -145,42 +145,44 @@ __global__ void __launch_bounds__(kResidentThreads, 1)
       l[2 * i] = f.x, l[2 * i + 1] = f.y;
     }
   };
-  // f(c, logits) for each of this thread's chunks c inside the row, its kVec logits as floats
-  auto each_chunk = [&](auto&& f) {
-#pragma unroll
-    for (int j = 0; j < kResidentChunks; ++j) {
-      const int c = j * kResidentThreads + int(threadIdx.x);
-      if (c >= chunks) continue;
-      float l[kVec];
-      values(j, l);
-      f(c, l);
-    }
-  };
   float m = -INFINITY;
-  each_chunk([&](int, float (&l)[kVec]) {
+#pragma unroll
+  for (int j = 0; j < kResidentChunks; ++j) {
+    if (j * kResidentThreads + int(threadIdx.x) >= chunks) continue;
+    float l[kVec];
+    values(j, l);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) m = fmaxf(m, l[k]);
-  });
+  }
   m = block_max(m);
   float sum = 0.0f;
   if (m != -INFINITY) {  // an all -inf row: sum 0, loss inf (as the two-pass kernel gives)
-    each_chunk([&](int, float (&l)[kVec]) {
+#pragma unroll
+    for (int j = 0; j < kResidentChunks; ++j) {
+      if (j * kResidentThreads + int(threadIdx.x) >= chunks) continue;
+      float l[kVec];
+      values(j, l);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) sum += expf(l[k] - m);  // expf, not __expf: ~2 ulp
-    });
+    }
   }
   sum = block_sum(sum);
   if (threadIdx.x == 0) losses[r] = logf(sum) - (target_logit - m);
   if (grad_scale == 0.0f) return;
   const float inv_sum = 1.0f / sum;
-  each_chunk([&](int c, float (&l)[kVec]) {
+#pragma unroll
+  for (int j = 0; j < kResidentChunks; ++j) {
+    const int c = j * kResidentThreads + int(threadIdx.x);
+    if (c >= chunks) continue;
+    float l[kVec];
+    values(j, l);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       const float p = expf(l[k] - m) * inv_sum;
       l[k] = grad_scale * (p - (c * kVec + k == target ? 1.0f : 0.0f));
     }
     store<kVec>(row + std::int64_t(c) * kVec, l);
-  });
+  }
 }
 
 // One block: thread i sums values i, i + blockDim, ... in order, then a fixed tree over threads.
