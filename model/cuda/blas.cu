@@ -107,7 +107,7 @@ cublasLtMatmulAlgo_t Blas::Impl::fastest(const cublasLtMatmulHeuristicResult_t* 
   cudaEvent_t start = nullptr, stop = nullptr;
   check_cuda(cudaEventCreate(&start), "cudaEventCreate");
   check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
-  int best = 0;
+  int best = -1;  // none ran yet
   float best_ms = 0.0f;
   for (int i = 0; i < count; ++i) {
     if (candidates[i].workspaceSize > kWorkspaceBytes) continue;
@@ -118,7 +118,7 @@ cublasLtMatmulAlgo_t Blas::Impl::fastest(const cublasLtMatmulHeuristicResult_t* 
     check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize (gemm tuning)");
     float ms = 0.0f;
     check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (i == 0 || ms < best_ms) best = i, best_ms = ms;
+    if (best < 0 || ms < best_ms) best = i, best_ms = ms;
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -126,7 +126,7 @@ cublasLtMatmulAlgo_t Blas::Impl::fastest(const cublasLtMatmulHeuristicResult_t* 
     check_cuda(cudaMemcpyAsync(c.data, saved, c_bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync (gemm tuning)");
     check_cuda(cudaFreeAsync(saved, stream), "cudaFreeAsync (gemm tuning)");
   }
-  return candidates[best].algo;
+  return candidates[best < 0 ? 0 : best].algo;  // none ran: the heuristic's first, whose call reports the error
 }
 
 Blas::Blas(cudaStream_t stream, bool tune) : impl_(std::make_unique<Impl>()) {
