@@ -182,9 +182,13 @@ std::vector<double> rank1_similarity(const model::LayerCapture& c, const std::ve
       const auto [b, i] = tokens[a];
       const int last = attention::last_visible_key(i, sh.q_len, sh.k_len, c.options.causal);
       row_scores(c, t, b, h, i, last, s);
-      const double lse = c.lse[(std::size_t(b) * sh.heads + std::size_t(h)) * sh.q_len + std::size_t(i)];
+      // exp(S - max S): P up to a positive factor, which the cosine ignores. Not exp(S - lse): a
+      // kernel's lse can be far from the row's scores (the published rule's shift past |r_m| ~ 60
+      // collapses rows; docs/numerics-findings.md), and PK then sinks into subnormals whose
+      // cosines are noise (seen above 1).
+      const double row_max = double(*std::max_element(s.begin(), s.end()));
       for (int j = 0; j <= last; ++j) {
-        const double p = std::exp(double(s[std::size_t(j)]) - lse);
+        const double p = std::exp(double(s[std::size_t(j)]) - row_max);
         const bf16* kj = c.k.data() + tk.at(b, kvh, j);
         for (int d = 0; d < D; ++d) pk[a * D + d] += p * double(kj[d].to_float());
       }

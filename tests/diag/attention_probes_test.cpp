@@ -180,6 +180,23 @@ TEST(Rank1Similarity, EqualsExplicitRankOneMatrices) {
   }
 }
 
+// The similarity is a property of the scores, not of the kernel's lse: an lse hundreds of nats off
+// (the published rule's collapsed rows at large logits) changes nothing. Before the probe used
+// exp(S - max S) it turned such heads into subnormal P K sums and returned null or values above 1.
+TEST(Rank1Similarity, DoesNotDependOnTheKernelsLse) {
+  const int B = 2, T = 24, H = 2, D = 8, C = 12;
+  auto c = make_capture(Numerics::fused, ShiftPolicy::standard, attention::DeltaSource::rounded, B, T, H, D, C, 8, false);
+  const auto rows = sampled_rows(T, 6);
+  const auto before = rank1_similarity(c, rows);
+  for (float& l : c.lse) l += 700.0f;
+  const auto after = rank1_similarity(c, rows);
+  for (int h = 0; h < H; ++h) {
+    ASSERT_TRUE(std::isfinite(after[std::size_t(h)])) << "head " << h;
+    EXPECT_EQ(after[std::size_t(h)], before[std::size_t(h)]) << "head " << h;
+    EXPECT_LE(std::abs(after[std::size_t(h)]), 1.0) << "head " << h;
+  }
+}
+
 TEST(Rank1Similarity, IsOneForOneSharedDirection) {
   // Every X row equal, and every key equal: PK_i = k for every row, so all R_i are the same matrix.
   auto c = make_capture(Numerics::fused, ShiftPolicy::standard, attention::DeltaSource::rounded, 1, 16, 1, 8, 4, 3, false);
