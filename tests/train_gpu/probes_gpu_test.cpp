@@ -14,8 +14,6 @@
 //     after the same initialisation, bit for bit.
 #include <gtest/gtest.h>
 
-#include <cuda_runtime.h>
-
 #include <cmath>
 #include <filesystem>
 #include <vector>
@@ -24,6 +22,7 @@
 #include "stableflash/diag/attention_probes.hpp"
 #include "stableflash/diag/weight_spectra.hpp"
 #include "stableflash/train/trainer.hpp"
+#include "require_gpu.hpp"
 #include "test_files.hpp"
 #include "train_test_util.hpp"
 
@@ -32,13 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using stableflash::testing::ScratchDir;
-
-bool has_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-#define SF_REQUIRE_GPU() \
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device"
 
 // Head dim 64 (the kernels' smallest); layer 1 in the failing setting magnified (paper numerics).
 TrainConfig probe_config(const std::string& data_dir) {

@@ -11,8 +11,6 @@
 // a chance crossing of emu and cpu at one step says nothing about how far apart BF16 runs are.
 #include <gtest/gtest.h>
 
-#include <cuda_runtime.h>
-
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -21,6 +19,7 @@
 #include "stableflash/data/safetensors.hpp"
 #include "stableflash/train/checkpoint.hpp"
 #include "stableflash/train/trainer.hpp"
+#include "require_gpu.hpp"
 #include "test_files.hpp"
 #include "train_test_util.hpp"
 
@@ -29,14 +28,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using stableflash::testing::ScratchDir;
-
-bool has_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define SF_REQUIRE_GPU() \
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device"
 
 enum class Where { cpu, cpu_autocast, cuda };
 

@@ -8,14 +8,13 @@
 // to a relative 1e-12.
 #include <gtest/gtest.h>
 
-#include <cuda_runtime.h>
-
 #include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "stableflash/train/trainer.hpp"
+#include "require_gpu.hpp"
 #include "test_files.hpp"
 #include "train_test_util.hpp"
 
@@ -24,11 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using stableflash::testing::ScratchDir;
-
-bool has_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
 
 std::vector<StepMetrics> train_on_gpu(const TrainConfig& c, const std::string& run_dir, bool collectives, bool resume = false) {
   TrainOptions o;
@@ -77,7 +71,7 @@ class ZeroSingleRankGpu : public ::testing::TestWithParam<std::pair<int, optim::
 };
 
 TEST_P(ZeroSingleRankGpu, MatchesThePlainTrainerBitwiseAndCheckpointsCrossOver) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  SF_REQUIRE_GPU();
   TrainConfig c = config(dir.file("data"), GetParam().first);
   c.optim.kind = GetParam().second;
   const auto plain = train_on_gpu(c, dir.file("plain"), /*collectives=*/false);

@@ -1,0 +1,18 @@
+// The skip of the GPU trainer tests: where no CUDA device is visible a test reads as skipped in
+// ctest (SKIP_REGULAR_EXPRESSION in CMakeLists.txt), not as passed.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+namespace stableflash::testing {
+
+inline bool has_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+}  // namespace stableflash::testing
+
+#define SF_REQUIRE_GPU() \
+  if (!::stableflash::testing::has_gpu()) GTEST_SKIP() << "no CUDA device"
