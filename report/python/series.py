@@ -56,6 +56,20 @@ def panels(runs):
     return fig, list(axes.flat[: len(runs)])
 
 
+def finish_line_panels(fig, axes, runs, ylabel, log):
+    """The common finish of panels() drawn as lines over steps: titles, grid, one legend, axis labels."""
+    for run, ax in zip(runs, axes):
+        ax.set_title(run.name, fontsize=8)
+        if log:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=6, frameon=False)
+    fig.supxlabel("step", fontsize=9)
+    fig.supylabel(ylabel, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def draw_loss(runs):
     fig, ax = overlay(runs, "loss", "training loss (nats)")
     # The first steps (ln 50257 ≈ 10.8) would squash everything after them: the y range starts at
@@ -90,14 +104,7 @@ def draw_wq_sigma_layers(runs):
         layers = max(len(s) for s in sigmas)
         for layer, color in zip(range(layers), colors(layers)):
             ax.plot(steps, [s[layer] if layer < len(s) else math.nan for s in sigmas], color=color, lw=1.0, label=f"layer {layer}")
-        ax.set_title(run.name, fontsize=8)
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=6, frameon=False)
-    fig.supxlabel("step", fontsize=9)
-    fig.supylabel("W_Q spectral norm", fontsize=9)
-    fig.tight_layout()
-    return fig
+    return finish_line_panels(fig, axes, runs, "W_Q spectral norm", log=True)
 
 
 def draw_wq_sigma_heatmap(runs):
@@ -155,15 +162,7 @@ def per_layer_panels(runs, key, ylabel, per_layer, log=False):
         for layer, color in zip(range(layers), colors(layers)):
             values = [per_layer(g[layer]) if layer < len(g) else math.nan for g in grids]
             ax.plot(steps, values, color=color, lw=1.0, marker="." if len(steps) < 40 else None, label=f"layer {layer}")
-        ax.set_title(run.name, fontsize=8)
-        if log:
-            ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=6, frameon=False)
-    fig.supxlabel("step", fontsize=9)
-    fig.supylabel(ylabel, fontsize=9)
-    fig.tight_layout()
-    return fig
+    return finish_line_panels(fig, axes, runs, ylabel, log)
 
 
 def mean_or_nan(value):
@@ -185,14 +184,7 @@ def draw_sigma_all(runs):
             ax.plot(steps, [t.get(name, math.nan) for t in tables], color=palette.get(kind, "grey"), lw=0.8,
                     marker="." if len(steps) < 40 else None, label=None if kind in seen else kind)
             seen.add(kind)
-        ax.set_title(run.name, fontsize=8)
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=6, frameon=False)
-    fig.supxlabel("step", fontsize=9)
-    fig.supylabel("spectral norm (a line per matrix)", fontsize=9)
-    fig.tight_layout()
-    return fig
+    return finish_line_panels(fig, axes, runs, "spectral norm (a line per matrix)", log=True)
 
 
 def draw_ties(runs):
