@@ -22,11 +22,12 @@ i=0
 for args in "$@"; do
   eval "set -- $args"
   gpu=${gpus[$i]}
-  CUDA_VISIBLE_DEVICES=$gpu STABLEFLASH_BIN=$BIN/stableflash OUT=$runs/gpu$gpu timeout "${EXPERIMENT_SECONDS:-240}" \
-    bash scripts/experiment-failure.sh "$@" >"$runs/gpu$gpu.log" 2>&1 &
+  # one folder per set: several sets may share a GPU (EXPERIMENT_GPUS="0 1 0 1")
+  CUDA_VISIBLE_DEVICES=$gpu STABLEFLASH_BIN=$BIN/stableflash OUT=$runs/set$i-gpu$gpu timeout "${EXPERIMENT_SECONDS:-240}" \
+    bash scripts/experiment-failure.sh "$@" >"$runs/set$i-gpu$gpu.log" 2>&1 &
   i=$((i + 1))
 done
 wait
-cat "$runs"/gpu*.log
+cat "$runs"/set*.log
 # metrics and tables only (checkpoints stay behind)
 (cd "$runs" && tar -cf - $(find . -name metrics.jsonl -o -name 'table-*.md' -o -name '*.log' -o -name '*.err') | xz -6 >"$OUT/${EXPERIMENT_ARCHIVE:-experiments.tar.xz}")
