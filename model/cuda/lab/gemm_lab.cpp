@@ -400,7 +400,7 @@ struct Lab {
                           v.workspace, stream);
   }
 
-  static std::string config_string(const cublasLtMatmulHeuristicResult_t& h) {
+  static std::string config_string(const cublasLtMatmulHeuristicResult_t& h, bool compact = false) {
     auto get = [&](cublasLtMatmulAlgoConfigAttributes_t a, auto zero) {
       auto value = zero;
       std::size_t written = 0;
@@ -417,6 +417,11 @@ struct Lab {
     const std::uint16_t inner = get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, std::uint16_t(0));
     const std::uint16_t cluster = get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, std::uint16_t(0));
     char buf[320];
+    if (compact) {
+      std::snprintf(buf, sizeof buf, "id %d %s st %s sk %d swz %u cl %s", id, enum_name("MATMUL_TILE", tile).c_str(),
+                    enum_name("MATMUL_STAGES", stages).c_str(), splitk, swz, enum_name("CLUSTER_SHAPE", cluster).c_str());
+      return buf;
+    }
     std::snprintf(buf, sizeof buf, "id %3d tile %-9s stages %-8s splitK %2d red %u swz %u custom %u inner %u cluster %-7s ws %5.1f MiB waves %.2f",
                   id, enum_name("MATMUL_TILE", tile).c_str(), enum_name("MATMUL_STAGES", stages).c_str(), splitk, red, swz, custom,
                   unsigned(inner), enum_name("CLUSTER_SHAPE", cluster).c_str(), double(h.workspaceSize) / (1 << 20),
@@ -519,6 +524,24 @@ struct Lab {
         // n 2^-24 of the absolute sum, the bias gradient's own rounding 2 ulps.
         const double tol = 2 * ulp_bf16(sum[std::size_t(i)]) + (std::ldexp(1.0, -8) + v.n * std::ldexp(1.0, -24)) * sum_abs[std::size_t(i)];
         compare("bias gradient", {i, 0}, bgrad[std::size_t(i)], sum[std::size_t(i)], tol);
+      }
+      if (bad) {  // which sum is it then? That of the product before GELU' (exact: sum_j p = A (B 1))
+        std::vector<double> b_sum(std::size_t(v.k), 0.0);
+        for (std::int64_t kk = 0; kk < v.k; ++kk)
+          for (std::int64_t j = 0; j < v.n; ++j) b_sum[std::size_t(kk)] += gen_value(v.b.gen, std::uint64_t(v.b.offset(kk, j)));
+        std::vector<double> rel_post, rel_pre;
+        for (int i = 0; i < v.m; ++i) {
+          double pre = 0;
+          for (std::int64_t kk = 0; kk < v.k; ++kk) pre += gen_value(v.a.gen, std::uint64_t(v.a.offset(i, kk))) * b_sum[std::size_t(kk)];
+          const double g = bgrad[std::size_t(i)], post = sum[std::size_t(i)];
+          rel_post.push_back(std::fabs(g - post) / std::max(std::fabs(post), 1e-30));
+          rel_pre.push_back(std::fabs(g - pre) / std::max(std::fabs(pre), 1e-30));
+        }
+        std::sort(rel_post.begin(), rel_post.end());
+        std::sort(rel_pre.begin(), rel_pre.end());
+        std::printf("    bias gradient, median relative difference to the row sums of D (after GELU'): %.3g; to those of the product "
+                    "before GELU': %.3g\n",
+                    rel_post[rel_post.size() / 2], rel_pre[rel_pre.size() / 2]);
       }
     }
     return {bad, worst};
@@ -717,7 +740,7 @@ struct Lab {
       if (c.rank < 0 && (sum.searched < 0 || t < sum.searched)) sum.searched = t;
       if (sum.best < 0 || t < sum.best) {
         sum.best = t;
-        sum.best_desc = (c.rank >= 0 ? "rank " + std::to_string(c.rank) : std::string("search")) + ": " + c.config;
+        sum.best_desc = (c.rank >= 0 ? "rank " + std::to_string(c.rank) : std::string("search")) + ": " + config_string(c.h, true);
         sum.best_kernel = c.kernels;
       }
       ++sum.algos;
@@ -789,17 +812,31 @@ struct Lab {
                 bytes / (alone.median_ms * 1e-3) / 1e12, r.first ? "FAILED" : "ok", r.second);
     sum.best = both.median_ms;
     sum.algos = 1;
-    sum.best_desc = "product " + config_string([&] {
-      cublasLtMatmulHeuristicResult_t h{};
-      h.algo = algo;
-      return h;
-    }());
+    sum.best_desc = "product " + config_string(
+                                     [&] {
+                                       cublasLtMatmulHeuristicResult_t h{};
+                                       h.algo = algo;
+                                       return h;
+                                     }(),
+                                     true);
     summaries.push_back(sum);
   }
   void* scratch_out = nullptr;
   int sm_count = 132;
 
   void print_summary() {
+    // the first kernel's name only (the listing above has them all, with grids)
+    auto first = [](const std::string& k) {
+      std::string n = k.substr(0, k.find(" <<<"));
+      return n.size() > 120 ? n.substr(0, 117) + "..." : n;
+    };
+    std::printf("\nkernels (first of each call) of rank 0 (blas.cu deterministic) and of the fastest:\n");
+    for (const Summary& s : summaries) {
+      if (s.rank0_kernel.empty() && s.best_kernel.empty()) continue;
+      std::printf("  %s / %s:\n", s.family.c_str(), s.name.c_str());
+      if (!s.rank0_kernel.empty()) std::printf("      rank 0:  %s\n", first(s.rank0_kernel).c_str());
+      if (!s.best_kernel.empty() && s.best_kernel != s.rank0_kernel) std::printf("      fastest: %s\n", first(s.best_kernel).c_str());
+    }
     std::printf("\n=== summary (median us, TFLOP/s = 2mnk / time; rank 0 = what blas.cu runs deterministic, top-8 = the best of what "
                 "blas.cu's tuning times, best = over everything listed)\n");
     std::printf("| product | variant | algos | rank 0 us (TFLOP/s) | top-8 best us | searched best us | best us (TFLOP/s) | check | best algorithm |\n");
@@ -820,11 +857,6 @@ struct Lab {
       std::printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", s.family.c_str(), s.name.c_str(), s.algos, cell(s.rank0, s.flop).c_str(),
                   us(s.top8).c_str(), us(s.searched).c_str(), cell(s.best, s.flop).c_str(), s.ok ? "ok" : "FAILED",
                   s.error.empty() ? s.best_desc.c_str() : s.error.c_str());
-    }
-    std::printf("\nkernels of rank 0 (blas.cu deterministic) and of the fastest:\n");
-    for (const Summary& s : summaries) {
-      if (!s.rank0_kernel.empty()) std::printf("  %s / %s, rank 0: %s\n", s.family.c_str(), s.name.c_str(), s.rank0_kernel.c_str());
-      if (!s.best_kernel.empty()) std::printf("  %s / %s, fastest: %s\n", s.family.c_str(), s.name.c_str(), s.best_kernel.c_str());
     }
   }
 };
@@ -926,7 +958,7 @@ int main(int argc, char** argv) {
   std::vector<Variant> variants;
   // Backward dX of the MLP projection, as linear_backward calls blas.cu.
   Variant bwd;
-  bwd.family = "bwd dX [N,C] x W_fcproj^T";
+  bwd.family = "bwd dX";  // d_res16 [N, C] W_fcproj^T
   bwd.m = F, bwd.n = N, bwd.k = C;
   bwd.a = {w_proj, CUBLAS_OP_T, C, F, C, g_w_proj};
   bwd.b = {dy, CUBLAS_OP_N, C, N, C, g_dy};
@@ -961,7 +993,7 @@ int main(int argc, char** argv) {
 
   // Forward fc with the GELU epilogue, as forward() calls blas.cu.
   Variant fwd;
-  fwd.family = "fwd fc [N,C] x W_fc";
+  fwd.family = "fwd fc";  // ln2 [N, C] W_fc
   fwd.m = F, fwd.n = N, fwd.k = C;
   fwd.a = {w_fc, CUBLAS_OP_N, F, C, F, g_w_fc};
   fwd.b = {x, CUBLAS_OP_N, C, N, C, g_x};
