@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The GEMM lab on the GPU machine (model/cuda/lab/gemm_lab.cpp, docs/cuda-kernels.md "GEMM lab"):
+# cuBLASLt's algorithms for GPT-2's MLP products with and without the GELU epilogues, timed and
+# checked, from the packed binaries (`scripts/device-check.sh pack` here copies gemm_lab into
+# build-cuda/devbin and build-cuda/devbin.tar.xz). Under a minute on an H200 (estimate).
+#
+#   GPU machine:  scripts/gemm-lab.sh [gemm_lab flags, e.g. --brief, --only DGELU, --tokens 8192]
+#
+# Output: the per-algorithm listing and the summary table on stdout and in $OUT/gemm-lab.txt
+# (default OUT=/tmp/stableflash-device); exit status 1 if a result is outside its bound.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
+if [ ! -x "$BIN/gemm_lab" ] && [ -f "$BIN.tar.xz" ]; then
+  mkdir -p "$BIN" && tar -C "$BIN" -xJf "$BIN.tar.xz" || { echo "cannot unpack $BIN.tar.xz" >&2; exit 2; }
+fi
+[ -x "$BIN/gemm_lab" ] || { echo "no $BIN/gemm_lab: build it (ninja -C build-cuda gemm_lab) and run scripts/device-check.sh pack" >&2; exit 2; }
+OUT=${OUT:-/tmp/stableflash-device}
+mkdir -p "$OUT"
+# cuBLASLt comes from the GPU image (as in device-check.sh): its CUDA toolkit or the nvidia-* wheels
+image_libs=$(python3 -c 'import nvidia, os; r = os.path.dirname(nvidia.__path__[0]); print(":".join(os.path.join(r, "nvidia", d, "lib") for d in ("cublas", "cu13")))' 2>/dev/null)
+export LD_LIBRARY_PATH="$PWD/$BIN:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+"$BIN"/gemm_lab "$@" 2>&1 | tee "$OUT/gemm-lab.txt"
+exit "${PIPESTATUS[0]}"
