@@ -86,4 +86,17 @@ void set_option(AttentionOptions& options, std::string_view name, std::string_vi
   throw std::invalid_argument(std::string(where) + ": unknown attention setting '" + std::string(name) + "'; valid: " + valid);
 }
 
+const std::vector<std::pair<std::string, std::string>>& recommended_settings() {
+  // Why these: docs/numerics-findings.md, "Recommendation" (hashed_offset until issue 11).
+  static const std::vector<std::pair<std::string, std::string>> settings = {
+      {"numerics", "fused"}, {"policy", "standard"}, {"delta_source", "compensated"}, {"normalizer", "fp32"}, {"round_bits", "7"}};
+  return settings;
+}
+
+AttentionOptions recommended_options() {
+  AttentionOptions o;
+  for (const auto& [name, value] : recommended_settings()) set_option(o, name, value, "recommended attention");
+  return o;
+}
+
 }  // namespace stableflash::attention

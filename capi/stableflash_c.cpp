@@ -165,6 +165,15 @@ int sf_options_needs_residual(const sf_options* options) {
   return options && options->options.delta_source == sa::DeltaSource::compensated ? 1 : 0;
 }
 
+const char* sf_recommended_options(void) {
+  static const std::string text = [] {
+    std::string t;
+    for (const auto& [name, value] : sa::recommended_settings()) t += (t.empty() ? "" : ";") + name + "=" + value;
+    return t;
+  }();
+  return text.c_str();
+}
+
 int sf_attention_forward(const sf_shape* shape, const sf_options* options, void* stream, const sf_tensor* q,
                          const sf_tensor* k, const sf_tensor* v, const sf_tensor* o, float* lse,
                          const sf_tensor* o_residual, char* err, size_t err_size) {

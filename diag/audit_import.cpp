@@ -147,6 +147,7 @@ std::string to_json_line(const ImportedResult& r) {
                   {"delta_bias_se", bias_json(r.delta.bias.se)},
                   {"delta_bias_count", r.delta.bias.count},
                   {"delta_drift", r.delta.drift},
+                  {"delta_drift_se", bias_json(r.delta.drift_se)},
                   {"delta_rel_l2", r.delta.rel_l2},
                   {"mean_err_ulp", r.o.mean_err_ulp},
                   {"rel_l2", r.o.rel_l2},

@@ -109,14 +109,18 @@ DeltaMeasure measure_delta(DeltaSource source, std::span<const double> delta, st
   if (delta.size() != delta_ref.size()) throw std::invalid_argument("measure_delta: delta and delta_ref differ in length");
   BiasSum db;
   double de2 = 0.0, dref2 = 0.0, ref_abs = 0.0;
+  std::vector<double> row_ref_abs;  // |delta_ref| of the rows behind db.row_sum (the drift's denominator)
   for (std::size_t row = 0; row < delta.size(); ++row) {
     if (!std::isfinite(delta[row])) continue;
     const double e = delta[row] - delta_ref[row];
     db.add(e);
     db.end_row();
+    row_ref_abs.push_back(std::fabs(delta_ref[row]));
     de2 += e * e, dref2 += delta_ref[row] * delta_ref[row], ref_abs += std::fabs(delta_ref[row]);
   }
-  return {source, db.bias(), ref_abs > 0.0 ? db.sum / ref_abs : 0.0, dref2 > 0.0 ? std::sqrt(de2 / dref2) : 0.0};
+  DeltaMeasure m{source, db.bias(), ref_abs > 0.0 ? db.sum / ref_abs : 0.0, std::nullopt, dref2 > 0.0 ? std::sqrt(de2 / dref2) : 0.0};
+  m.drift_se = ratio_standard_error(db.row_sum, row_ref_abs);
+  return m;
 }
 
 std::vector<AuditResult> audit_case(const AuditCase& c, const std::vector<AuditVariant>& variants,

@@ -66,6 +66,7 @@ std::vector<std::string> to_json_lines(const AuditResult& r) {
               {"delta_bias_se", d.bias.se ? json(*d.bias.se) : json(nullptr)},
               {"delta_bias_count", d.bias.count},
               {"delta_drift", d.drift},
+              {"delta_drift_se", d.drift_se ? json(*d.drift_se) : json(nullptr)},
               {"delta_rel_l2", d.rel_l2},
               {"mean_err_ulp", r.mean_err_ulp},
               {"rel_l2", r.rel_l2},

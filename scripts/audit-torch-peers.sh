@@ -15,7 +15,7 @@
 #   FAIL_ABOVE  optional: exit 3 when any |bias| exceeds it (stableflash audit --fail-above)
 # The stableflash op (python/, docs/python.md) is audited too when `import stableflash.torch` works
 # (scripts/device-check.sh --python puts the installed wheel on PYTHONPATH): with its default
-# policy (hashed_offset) and with the standard shift that SDPA's backends use.
+# shift (standard, the one SDPA's backends use) and with hashed_offset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${SF_BIN:-}" ]; then
@@ -79,7 +79,7 @@ for b in $BACKENDS; do
   if run_python "sdpa-$b" "$b" > "$OUT/sdpa-$b.log"; then names+=("sdpa-$b"); else echo "sdpa-$b: some cases failed (see above); left out of the table" >&2; fi
 done
 if python3 -c "import stableflash.torch" 2>/dev/null; then
-  for policy in hashed_offset standard; do
+  for policy in standard hashed_offset; do
     echo "=== stableflash op, policy $policy"
     if run_python "stableflash-op-$policy" "op:$policy" > "$OUT/stableflash-op-$policy.log"; then
       names+=("stableflash-op-$policy")

@@ -218,6 +218,11 @@ if [ $bench = 1 ]; then
   # the four multi-head shapes and a grouped-query one (Llama: 64 query heads, 8 KV heads)
   shapes="16x12x1024x64:causal,16x12x1024x64:full,8x16x4096x128:causal,2x16x16384x128:causal,2x64x4096x128:causal:kv8"
   : >"$OUT/ours.jsonl"
+  # the default attention (the trainer's, from the library's one definition): what the summary reports
+  default_policy=$("$BIN"/stableflash train --print-config | sed -n 's/^attention\.default\.policy=//p')
+  default_delta=$("$BIN"/stableflash train --print-config | sed -n 's/^attention\.default\.delta_source=//p')
+  echo "default attention: fused, policy ${default_policy:?}, delta_source ${default_delta:?}"
+  # both shifts with both deltas: the default, FlashAttention as is (standard + rounded), and the rest
   "$BIN"/stableflash bench attention --shapes "$shapes" --numerics fused --policy standard,hashed_offset \
     --delta-source rounded,compensated --json "$OUT/ours-fused.jsonl" | tee "$OUT/ours-fused.txt" || status=1
   "$BIN"/stableflash bench attention --shapes "16x12x1024x64:causal" --numerics paper --policy standard,paper,hashed_offset \
@@ -231,7 +236,7 @@ if [ $bench = 1 ]; then
   # the D = 128 forward without warp specialization (one warpgroup per 64 rows), for comparison; the
   # oracle check also covers that path, which the GPU tests (default kernels) do not take at D = 128
   "$BIN"/kernel_lab --forward-kernel wgmma-1wg --shapes "8x16x4096x128:causal,2x16x16384x128:causal" \
-    --numerics fused --policy hashed_offset --delta-source compensated --json "$OUT/one-wg-fused.jsonl" | tee "$OUT/one-wg-fused.txt" || status=1
+    --numerics fused --policy "$default_policy" --delta-source "$default_delta" --json "$OUT/one-wg-fused.jsonl" | tee "$OUT/one-wg-fused.txt" || status=1
   sed -i 's/"numerics": "fused"/"numerics": "fused (1-warpgroup fwd)"/' "$OUT/one-wg-fused.jsonl"
   cat "$OUT"/ours-*.jsonl "$OUT/mma-sync-fused.jsonl" "$OUT/one-wg-fused.jsonl" >"$OUT/ours.jsonl"
 
@@ -248,10 +253,11 @@ if [ $bench = 1 ]; then
     --backends flash,cudnn 2>>"$OUT/peers.err" | tail -1 >>"$OUT/peers.jsonl" || status=1
 
   step "ratios (ours / peer, same run)"
-  python3 - "$OUT/ours.jsonl" "$OUT/peers.jsonl" <<'EOF' | tee "$OUT/table.md"
+  python3 - "$OUT/ours.jsonl" "$OUT/peers.jsonl" "$default_policy" "$default_delta" <<'EOF' | tee "$OUT/table.md"
 import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 peers = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+default_policy, default_delta = sys.argv[3], sys.argv[4]
 def peer(o, name):
     for p in peers:
         if (p["B"], p["H"], p.get("Hkv", p["H"]), p["T"], p["D"], p["causal"]) == \
@@ -271,6 +277,40 @@ for o in ours:
           f"{o['delta_source']} | {o['fwd_tflops']:.0f} | {o['bwd_tflops']:.0f} | {v(f, 'fwd_tflops')} | {v(f, 'bwd_tflops')} | "
           f"{r(o['fwd_tflops'], f, 'fwd_tflops')} | {r(o['bwd_tflops'], f, 'bwd_tflops')} | {v(c, 'fwd_tflops')} | "
           f"{v(c, 'bwd_tflops')} | {r(o['fwd_tflops'], c, 'fwd_tflops')} | {r(o['bwd_tflops'], c, 'bwd_tflops')} | {o['check']} |")
+
+# The summary: the default against the peers, and what its parts cost, shape by shape (the fused
+# wgmma rows only). The cure's cost is the compensated delta against the rounded one under the
+# default's shift; the shift's cost is the other shift against the default's, both with its delta.
+def key(o):
+    return (o["B"], o["H"], o.get("Hkv", o["H"]), o["T"], o["D"], o["causal"])
+fused = {(key(o), o["policy"], o["delta_source"]): o for o in ours if o["numerics"] == "fused"}
+shapes = list(dict.fromkeys(key(o) for o in ours if o["numerics"] == "fused"))
+def label(k):
+    heads = f"{k[1]}/{k[2]}" if k[2] != k[1] else f"{k[1]}"
+    return f"{k[0]},{heads},{k[3]},{k[4]} {'causal' if k[5] else 'full'}"
+def pct(a, b, field):  # time of a over time of b, from TFLOP/s of the same shape
+    return f"{100 * (b[field] / a[field] - 1):+.1f}%" if a and b else "-"
+other = "hashed_offset" if default_policy == "standard" else "standard"
+other_delta = "rounded" if default_delta != "rounded" else "compensated"
+print()
+print(f"Default attention (fused, {default_policy}, {default_delta} delta) and what its parts cost, "
+      "time relative to the row it is compared with:")
+print()
+print(f"| shape | default fwd/FA2 | bwd/FA2 | fwd/cuDNN | bwd/cuDNN | cure: {default_delta} vs {other_delta} delta ({default_policy}), fwd / bwd "
+      f"| shift: {other} vs {default_policy} ({default_delta}), fwd / bwd |")
+print("|---|---|---|---|---|---|---|")
+for k in shapes:
+    d = fused.get((k, default_policy, default_delta))
+    if not d:
+        continue
+    f, c = peer(d, "flash"), peer(d, "cudnn")
+    rnd = fused.get((k, default_policy, other_delta))
+    alt = fused.get((k, other, default_delta))
+    def r(a, p, fld):
+        return f"{a / p[fld]:.2f}" if fld in p and p[fld] else "-"
+    print(f"| {label(k)} | {r(d['fwd_tflops'], f, 'fwd_tflops')} | {r(d['bwd_tflops'], f, 'bwd_tflops')} | "
+          f"{r(d['fwd_tflops'], c, 'fwd_tflops')} | {r(d['bwd_tflops'], c, 'bwd_tflops')} | "
+          f"{pct(d, rnd, 'fwd_tflops')} / {pct(d, rnd, 'bwd_tflops')} | {pct(alt, d, 'fwd_tflops')} / {pct(alt, d, 'bwd_tflops')} |")
 EOF
 fi
 

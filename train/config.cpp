@@ -231,7 +231,8 @@ void flatten_toml(const toml::table& t, const std::string& prefix, std::vector<s
 }  // namespace
 
 AttentionSettings recommended_attention() {
-  return {{"numerics", "fused"}, {"policy", "hashed_offset"}, {"delta_source", "compensated"}, {"normalizer", "fp32"}, {"round_bits", "7"}};
+  const auto& settings = attention::recommended_settings();
+  return AttentionSettings(settings.begin(), settings.end());
 }
 
 std::string default_data_dir() { return std::string(STABLEFLASH_SOURCE_DIR) + "/.deps/corpus/shards"; }

@@ -6,7 +6,7 @@ import functools
 import os
 import threading
 
-ABI_VERSION = 2  # SF_C_ABI_VERSION of the header this file was written against
+ABI_VERSION = 3  # SF_C_ABI_VERSION of the header this file was written against
 _OK, _INVALID_ARGUMENT = 0, 1
 
 
@@ -41,6 +41,7 @@ def _load():
     lib.sf_options_create.argtypes = [ctypes.POINTER(cp), ctypes.POINTER(cp), i32, cp, sz]
     lib.sf_options_destroy.restype, lib.sf_options_destroy.argtypes = None, [vp]
     lib.sf_options_needs_residual.restype, lib.sf_options_needs_residual.argtypes = i32, [vp]
+    lib.sf_recommended_options.restype, lib.sf_recommended_options.argtypes = cp, []
     lib.sf_attention_forward.restype = i32
     lib.sf_attention_forward.argtypes = [ctypes.POINTER(Shape), vp, vp, tp, tp, tp, tp, vp, tp, cp, sz]
     lib.sf_attention_backward.restype = i32
@@ -101,6 +102,14 @@ class Options:
         if getattr(self, "handle", None):
             self._lib.sf_options_destroy(self.handle)
             self.handle = None
+
+
+@functools.lru_cache(maxsize=1)
+def recommended():
+    """The attention stableflash recommends, as (name, value) string pairs: the C++ library's one
+    definition of the project's default (sf_recommended_options), read once."""
+    text = lib().sf_recommended_options().decode()
+    return tuple(tuple(item.split("=", 1)) for item in text.split(";") if item)
 
 
 @functools.lru_cache(maxsize=256)

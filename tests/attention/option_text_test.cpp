@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "stableflash/attention/option_text.hpp"
 
@@ -47,6 +48,30 @@ TEST(OptionText, EveryNamedKnobSetsItsField) {
   EXPECT_EQ(o.device, Device::cuda);
   EXPECT_TRUE(o.deterministic);
   EXPECT_EQ(option_names().size(), 13u);
+}
+
+// The project's default attention (docs/numerics-findings.md, "Recommendation"), defined once here
+// and read by the trainer, the C ABI and the Python package.
+TEST(OptionText, TheRecommendedAttentionIsFusedStandardShiftCompensatedDelta) {
+  const AttentionOptions r = recommended_options();
+  EXPECT_EQ(r.numerics, Numerics::fused);
+  EXPECT_EQ(r.policy, ShiftPolicy::standard);
+  EXPECT_EQ(r.delta_source, DeltaSource::compensated);
+  EXPECT_EQ(r.normalizer, Normalizer::fp32);
+  EXPECT_EQ(r.round_bits, 7);
+  // Only those knobs: everything else is AttentionOptions' own default.
+  const AttentionOptions plain;
+  EXPECT_EQ(r.policy_params.beta, plain.policy_params.beta);
+  EXPECT_EQ(r.policy_params.eps, plain.policy_params.eps);
+  EXPECT_EQ(r.tile_q, plain.tile_q);
+  EXPECT_EQ(r.tile_k, plain.tile_k);
+  EXPECT_EQ(r.causal, plain.causal);
+  EXPECT_EQ(r.scale, plain.scale);
+  EXPECT_EQ(r.device, plain.device);
+  EXPECT_EQ(r.deterministic, plain.deterministic);
+  std::vector<std::string> names;
+  for (const auto& [name, value] : recommended_settings()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"numerics", "policy", "delta_source", "normalizer", "round_bits"}));
 }
 
 TEST(OptionText, ErrorsNameTheSourceTheKeyTheValueAndWhatIsValid) {

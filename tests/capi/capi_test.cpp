@@ -4,11 +4,13 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "stableflash/attention/cuda.hpp"
+#include "stableflash/attention/option_text.hpp"
 #include "stableflash/capi/stableflash_c.h"
 #include "attention/attention_test_util.hpp"
 
@@ -25,6 +27,7 @@ struct Lib {
   decltype(&sf_options_create) options_create = nullptr;
   decltype(&sf_options_destroy) options_destroy = nullptr;
   decltype(&sf_options_needs_residual) needs_residual = nullptr;
+  decltype(&sf_recommended_options) recommended = nullptr;
   decltype(&sf_attention_forward) forward = nullptr;
   decltype(&sf_attention_backward) backward = nullptr;
   decltype(&sf_attention_forward_check) forward_check = nullptr;
@@ -37,6 +40,7 @@ struct Lib {
     options_create = reinterpret_cast<decltype(options_create)>(dlsym(handle, "sf_options_create"));
     options_destroy = reinterpret_cast<decltype(options_destroy)>(dlsym(handle, "sf_options_destroy"));
     needs_residual = reinterpret_cast<decltype(needs_residual)>(dlsym(handle, "sf_options_needs_residual"));
+    recommended = reinterpret_cast<decltype(recommended)>(dlsym(handle, "sf_recommended_options"));
     forward = reinterpret_cast<decltype(forward)>(dlsym(handle, "sf_attention_forward"));
     backward = reinterpret_cast<decltype(backward)>(dlsym(handle, "sf_attention_backward"));
     forward_check = reinterpret_cast<decltype(forward_check)>(dlsym(handle, "sf_attention_forward_check"));
@@ -76,7 +80,7 @@ sf_tensor tensor_of(const void* data, sa::Layout layout, int heads, int len, int
 TEST(CApi, LoadsAndExportsItsFunctions) {
   ASSERT_NE(lib().handle, nullptr) << dlerror();
   for (const char* name : {"sf_abi_version", "sf_options_create", "sf_options_destroy", "sf_options_needs_residual",
-                           "sf_attention_forward", "sf_attention_backward", "sf_attention_forward_check",
+                           "sf_recommended_options", "sf_attention_forward", "sf_attention_backward", "sf_attention_forward_check",
                            "sf_attention_backward_check"})
     EXPECT_NE(dlsym(lib().handle, name), nullptr) << name;
   EXPECT_EQ(lib().abi_version(), SF_C_ABI_VERSION);
@@ -156,6 +160,27 @@ TEST(CApi, WithoutAGpuTheCudaPathIsAnErrorNotACrash) {
   char err[1024] = "";
   EXPECT_NE(lib().forward(&shape, opt.handle, nullptr, &q, &k, &v, &out, lse.data(), nullptr, err, sizeof err), SF_OK);
   EXPECT_GT(std::strlen(err), 0u);
+}
+
+// The recommended attention through the ABI is the library's one definition (what the trainer's
+// default reads too), pair for pair, and parses into the C++ recommended_options().
+TEST(CApi, RecommendedOptionsAreTheLibrarysOneDefinition) {
+  ASSERT_NE(lib().recommended, nullptr);
+  const std::string text = lib().recommended();
+  Kv pairs;
+  for (std::size_t start = 0; start <= text.size();) {
+    const std::size_t end = std::min(text.find(';', start), text.size()), eq = text.find('=', start);
+    ASSERT_LT(eq, end) << text;
+    pairs.emplace_back(text.substr(start, eq - start), text.substr(eq + 1, end - eq - 1));
+    start = end + 1;
+  }
+  const auto& want = sa::recommended_settings();
+  EXPECT_EQ(pairs, Kv(want.begin(), want.end())) << text;
+  pairs.emplace_back("device", "cpu");
+  Options opt(pairs);
+  ASSERT_NE(opt.handle, nullptr) << opt.error;
+  EXPECT_EQ(lib().needs_residual(opt.handle), sa::recommended_options().delta_source == sa::DeltaSource::compensated);
+  EXPECT_EQ(lib().recommended(), lib().recommended());  // the same static text every call
 }
 
 // Both layouts, grouped-query heads, compensated delta: the ABI's outputs are the C++ entry points'.

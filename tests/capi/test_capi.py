@@ -40,6 +40,16 @@ def loads_with_its_abi_version():
 
 
 @test
+def recommended_options_parse_and_need_the_residual():
+    # the library's one definition of the default attention (sf_recommended_options), as pairs the
+    # parser takes; stableflash.torch's DEFAULTS and the trainer's default are these
+    pairs = _capi.recommended()
+    assert [k for k, _ in pairs] == ["numerics", "policy", "delta_source", "normalizer", "round_bits"], pairs
+    assert dict(pairs)["delta_source"] == "compensated", pairs
+    assert _capi.options(pairs + (("device", "cpu"),)).needs_residual
+
+
+@test
 def bad_options_raise_naming_the_setting():
     expect_error(ValueError, "policy = 'nope': expected one of", lambda: _capi.Options((("policy", "nope"),)))
     expect_error(ValueError, "unknown attention setting 'polcy'", lambda: _capi.Options((("polcy", "x"),)))

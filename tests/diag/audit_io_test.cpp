@@ -166,6 +166,17 @@ TEST(AuditIo, RatioStandardErrorByHand) {
   EXPECT_FALSE(ratio_standard_error(std::vector<double>{0, 0}, std::vector<double>{0, 0}));
 }
 
+TEST(AuditIo, DeltaDriftAndItsStandardErrorByHand) {
+  // e = 1, -1, 2 on |delta_ref| = 1, 1, 2: drift = 2/4 and the ratio SE of the example above; a
+  // non-finite delta leaves its row out of both
+  const std::vector<double> ref = {1, -1, 2, 5}, delta = {2, -2, 4, std::nan("")};
+  const DeltaMeasure m = measure_delta(DeltaSource::rounded, delta, ref);
+  EXPECT_DOUBLE_EQ(m.drift, 0.5);
+  ASSERT_TRUE(m.drift_se);
+  EXPECT_DOUBLE_EQ(*m.drift_se, std::sqrt(1.5 * 3.5) / 4.0);
+  EXPECT_FALSE(measure_delta(DeltaSource::rounded, std::vector<double>{1}, std::vector<double>{1}).drift_se);
+}
+
 TEST(AuditIo, RatioStandardErrorMatchesTheSpreadOfReplicates) {
   // m replicates of n rows of k errors e ~ N(0.2, 1): the delta-method SE must match the standard
   // deviation of the bias across replicates. The sample SD of m draws has a relative standard error

@@ -23,11 +23,11 @@ import tempfile
 import torch
 
 from stableflash import _capi
-from stableflash.torch import _ops, attention
+from stableflash.torch import DEFAULTS, _ops, attention
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPES = [(16, 12, 1024, 64, True), (8, 16, 4096, 128, True), (4, 16, 512, 64, False)]
-POLICY, DELTA = "hashed_offset", "compensated"
+POLICY, DELTA = DEFAULTS["policy"], DEFAULTS["delta_source"]  # the op's defaults (standard, compensated)
 
 
 def peers_module():

@@ -123,8 +123,9 @@ def check_case(b, h, tq, tk, d, causal, seed, kv_heads=None, layout="bhtd", memo
 
 @test
 def values_and_gradients_within_the_flash_bound():
-    check_case(2, 4, 1000, 1000, 64, True, 100)  # the defaults: hashed_offset, compensated
+    check_case(2, 4, 1000, 1000, 64, True, 100)  # the defaults (DEFAULTS): standard shift, compensated
     check_case(1, 3, 777, 777, 128, False, 110, layout="bthd", policy="standard", delta_source="rounded")
+    check_case(2, 2, 600, 600, 64, True, 105, policy="hashed_offset")  # the offset shift, compensated
     check_case(2, 2, 1025, 1025, 128, True, 120, memory="bthd", delta_source="exact")
     check_case(1, 4, 300, 517, 64, True, 130, memory="strided", policy="standard", delta_source="compensated")
     check_case(2, 8, 256, 256, 64, False, 140, scale=0.3, deterministic=True)
@@ -287,8 +288,8 @@ def broadcast_output_gradient_rows():
 @quick
 def opcheck():
     op = torch.ops.stableflash.attention_forward.default
-    configs = (("numerics=fused;policy=hashed_offset;delta_source=compensated", True),
-               ("numerics=fused;policy=standard;delta_source=rounded", False),
+    configs = (("numerics=fused;policy=standard;delta_source=compensated", True),  # the defaults
+               ("numerics=fused;policy=hashed_offset;delta_source=rounded", False),
                ("numerics=paper;policy=paper;delta_source=exact", True))
     for memory in (("strided",) if quick_mode() else ("bhtd", "bthd", "strided")):
         for options, causal in (configs[:1] if quick_mode() else configs):

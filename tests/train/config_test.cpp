@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include "stableflash/attention/option_text.hpp"
 #include "stableflash/train/config.hpp"
 #include "test_files.hpp"
 
@@ -20,9 +21,17 @@ TEST(TrainConfig, PresetsAreValidAndTheDefaultIsTheRecommendedAttention) {
       EXPECT_EQ(la.kind, model::AttentionKind::flash);
       EXPECT_EQ(la.options.numerics, attention::Numerics::fused);
       EXPECT_EQ(la.options.delta_source, attention::DeltaSource::compensated);
-      EXPECT_EQ(la.options.policy, attention::ShiftPolicy::hashed_offset);
+      EXPECT_EQ(la.options.policy, attention::ShiftPolicy::standard);
+      EXPECT_EQ(la.options.normalizer, attention::Normalizer::fp32);
+      EXPECT_EQ(la.options.round_bits, 7);
     }
+    // the attention library's one definition, key for key (also what the C ABI hands to Python)
+    const auto& rec = attention::recommended_settings();
+    EXPECT_EQ(c.attention_default, AttentionSettings(rec.begin(), rec.end())) << name;
   }
+  EXPECT_EQ(recommended_attention(),
+            (AttentionSettings{{"numerics", "fused"}, {"policy", "standard"}, {"delta_source", "compensated"},
+                               {"normalizer", "fp32"}, {"round_bits", "7"}}));
   const TrainConfig paper = preset("gpt2-124m");
   EXPECT_EQ(paper.model.n_layer, 12);
   EXPECT_EQ(paper.model.padded_vocab_size, 50304);
@@ -42,7 +51,7 @@ TEST(TrainConfig, PerLayerAttentionOverridesTheDefault) {
   c.validate();
   const auto la = c.layer_attention();
   EXPECT_EQ(la[0].options.numerics, attention::Numerics::paper);
-  EXPECT_EQ(la[0].options.policy, attention::ShiftPolicy::hashed_offset);
+  EXPECT_EQ(la[0].options.policy, attention::ShiftPolicy::standard);  // the default's
   EXPECT_EQ(la[1].options.policy, attention::ShiftPolicy::paper);
   EXPECT_EQ(la[1].options.delta_source, attention::DeltaSource::rounded);
   EXPECT_EQ(la[1].options.round_bits, 3);

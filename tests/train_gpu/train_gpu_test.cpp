@@ -82,7 +82,7 @@ class TrainGpu : public ::testing::Test {
 
 TEST_F(TrainGpu, FirstTwentyStepsStayWithinTheNaiveBf16ErrorOfTheCpuTrainer) {
   SF_REQUIRE_GPU();
-  const TrainConfig c = gpu_config(dir.file("data"));  // fused + hashed_offset + compensated delta in every layer
+  const TrainConfig c = gpu_config(dir.file("data"));  // the default attention in every layer (fused, standard shift, compensated delta)
   expect_agreement(train(c, dir.file("cpu"), Where::cpu), train(c, dir.file("emu"), Where::cpu_autocast), train(c, dir.file("gpu"), Where::cuda));
 }
 

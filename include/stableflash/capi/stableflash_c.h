@@ -28,8 +28,8 @@ extern "C" {
 
 /* Bumped whenever a signature or a meaning below changes; the Python loader refuses a library of
  * another. 2: every tensor's strides are passed through (1 took one dense layout for all), and the
- * *_check functions. */
-#define SF_C_ABI_VERSION 2
+ * *_check functions. 3: sf_recommended_options. */
+#define SF_C_ABI_VERSION 3
 
 /* Return codes. */
 #define SF_OK 0
@@ -48,6 +48,13 @@ SF_API sf_options* sf_options_create(const char* const* keys, const char* const*
 SF_API void sf_options_destroy(sf_options* options);
 /* 1 when the forward must write, and the backward read, o_residual (delta_source = compensated). */
 SF_API int sf_options_needs_residual(const sf_options* options);
+/* The attention stableflash recommends, as static text "name=value;name=value;...": the project's
+ * one definition of its default (attention::recommended_settings; today fused numerics, the
+ * standard shift, delta from the compensated output, the FP32 normalizer, 7 round bits;
+ * docs/numerics-findings.md "Recommendation"). sf_options_create starts from the plain defaults
+ * above, not from these: a caller that wants the recommended attention passes these pairs first
+ * (the Python package does). Never NULL; owned by the library. */
+SF_API const char* sf_recommended_options(void);
 
 typedef struct sf_shape {
   int32_t batch, heads, kv_heads, q_len, k_len, head_dim; /* kv_heads 0: = heads */

@@ -86,6 +86,7 @@ struct DeltaMeasure {
   attention::DeltaSource source;
   Bias bias;                  // sign consistency of the error: scale-free
   double drift = 0.0;         // mean(e) / mean|delta_ref|: the systematic part training accumulates
+  std::optional<double> drift_se;  // its standard error over rows (ratio_standard_error of e and |delta_ref|)
   double rel_l2 = 0.0;        // ||e|| / ||delta_ref||
 };
 

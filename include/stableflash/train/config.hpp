@@ -18,9 +18,9 @@ namespace stableflash::train {
 // every layer; `attention.layer.N.KEY` overrides layer N (0-based: the paper's "second layer" is 1).
 using AttentionSettings = std::map<std::string, std::string>;
 
-// The attention settings a run gets unless told otherwise: the single place that decides the
-// trainer's default numerics (docs/numerics-contract.md "Measured already" and issue 6: fused numerics, delta
-// from the compensated output, the hashed per-row offset policy).
+// The attention settings a run gets unless told otherwise: attention::recommended_settings(), the
+// project's one definition of its default (fused numerics, the standard shift, delta from the
+// compensated output; docs/numerics-findings.md "Recommendation").
 AttentionSettings recommended_attention();
 
 struct TrainSettings {

@@ -7,13 +7,17 @@ import math
 
 import torch  # before the C library: it brings the CUDA 13 runtime that libstableflash_c.so links
 
+from .. import _capi
 from . import _layout, _ops
 
 __all__ = ["attention", "DEFAULTS"]
 
-# What the audit recommends and the trainer uses (README): fused numerics, the tuning-free
-# hashed_offset shift, delta from the compensated output.
-DEFAULTS = {"policy": "hashed_offset", "delta_source": "compensated", "numerics": "fused"}
+# The attention stableflash recommends and the trainer uses, read from the C library's one definition
+# (sf_recommended_options; docs/numerics-findings.md "Recommendation"): fused numerics, the standard
+# shift, delta from the compensated output, the FP32 normalizer, 7 round bits. Name -> value text.
+DEFAULTS = dict(_capi.recommended())
+# the recommended knobs attention() has no argument for (normalizer, round_bits): sent with every call
+_OTHER_DEFAULTS = tuple((k, v) for k, v in DEFAULTS.items() if k not in ("numerics", "policy", "delta_source"))
 
 
 def _check(q, k, v, layout):
@@ -56,7 +60,9 @@ def attention(q, k, v, causal=False, scale=None, policy=DEFAULTS["policy"], delt
     other strides. causal: bottom-right aligned (the last query sees every key; SDPA's is_causal is
     top-left: the same when Tq == Tk). scale: None for 1/sqrt(D). policy, delta_source, numerics,
     deterministic and `options` (a dict of any further attention setting, e.g. {"tile_k": "256"})
-    are read by the C++ option parser: the same names and values as `stableflash attention --help`.
+    are read by the C++ option parser: the same names and values as `stableflash attention --help`;
+    what is not given is the recommended attention (DEFAULTS: fused numerics, the standard shift,
+    delta from the compensated output).
     Any strides: every tensor is read and written through its own (on the GPU rows must start
     16-byte aligned; a view that breaks this is copied once, docs/python.md). Returns o dense in the
     layout of q (bthd for the views of a fused qkv projection), differentiable in q, k and v.
@@ -68,13 +74,13 @@ def attention(q, k, v, causal=False, scale=None, policy=DEFAULTS["policy"], delt
     # qkv projection run without copies); the op itself copies only a view whose rows the CUDA kernels
     # cannot address (_layout.for_kernels): inside the op, so that torch.compile never traces the
     # storage offset it reads.
-    pairs = [("numerics", numerics), ("policy", policy), ("delta_source", delta_source),
+    pairs = [("numerics", numerics), ("policy", policy), ("delta_source", delta_source), *_OTHER_DEFAULTS,
              ("deterministic", "true" if deterministic else "false")]
     for key, value in sorted((options or {}).items()):
         if any(c in f"{key}{value}" for c in ";="):
             raise ValueError(f"stableflash attention: options {{{key!r}: {value!r}}}: expected a setting name and "
                              "value without ';' or '='")
-        pairs.append((str(key), str(value)))
+        pairs.append((str(key), str(value)))  # after the rest: the parser applies them in order
     if scale is not None and not (math.isfinite(scale) and scale != 0):
         raise ValueError(f"stableflash attention: scale = {scale}: expected a finite non-zero number (None: 1/sqrt(D))")
     text = ";".join(f"{key}={value}" for key, value in pairs)
