@@ -1,4 +1,5 @@
-// AdamW over every AdamW tensor in one launch, and the FP32 -> BF16 weight copy.
+// AdamW over the AdamW tensors of a part of the parameters (all of them, a bucket or a layer) in
+// one launch, and the FP32 -> BF16 weight copy.
 #include "optimizer_kernels.cuh"
 #include "stableflash/model/cuda/device_array.hpp"
 #include "stableflash/optim/cuda_optimizer.hpp"
@@ -9,12 +10,16 @@ namespace {
 
 // Block b updates chunk b. Per element, the operations and their order are those of
 // Optimizer<float>::adamw_tensor; the intrinsics keep nvcc from fusing them into FMAs.
+// The clipping factor is read from device memory (StepScale), once per block.
 __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamwChunk* chunks, AdamwScalars s, AdamwBuffers b) {
   const AdamwChunk c = chunks[blockIdx.x];
+  if (s.scale->skip) return;  // a non-finite gradient norm: the step writes nothing
+  const float grad_scale = s.scale->factor;
   const float decay = c.apply_decay ? s.decay : 1.0f;
   for (std::int32_t j = threadIdx.x; j < c.size; j += kThreads) {
     const std::int64_t i = c.offset + j, k = c.state_offset + j;
-    const float g = __fmul_rn(b.grads[i], s.grad_scale);  // lazy clipping: FP32(g * factor), as an in-place clip
+    const float g = __fmul_rn(b.grads[i], grad_scale);  // lazy clipping: FP32(g * factor), as an in-place clip
+    if (s.zero_grads) b.grads[i] = 0.0f;
     const float p = __fmul_rn(b.params[i], decay);
     const float m = __fadd_rn(__fmul_rn(s.beta1, b.m[k]), __fmul_rn(s.one_minus_beta1, g));
     const float v = __fadd_rn(__fmul_rn(s.beta2, b.v[k]), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
