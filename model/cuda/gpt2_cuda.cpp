@@ -193,7 +193,12 @@ Gpt2Cuda::Gpt2Cuda(const Gpt2Config& config, std::vector<LayerAttention> attenti
       throw std::invalid_argument("attention.layer." + std::to_string(l) + " on the GPU: " + e.what());
     }
   }
-  check_cuda(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  // One priority level above the device's lowest: an optimizer step overlapping the next forward
+  // on a lowest-priority stream (train/update_overlap.hpp) fills the forward's gaps instead of
+  // delaying its kernels; NCCL's stream (the highest) still goes first.
+  int least = 0, greatest = 0;
+  check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+  check_cuda(cudaStreamCreateWithPriority(&m.stream, cudaStreamNonBlocking, greatest < least ? least - 1 : least), "cudaStreamCreate");
   // Products tuned by timing at their first use, except where runs must repeat bit for bit.
   m.blas = std::make_unique<cuda::Blas>(m.stream, /*tune=*/!deterministic);
   auto offset_of = [&](const std::string& name) -> std::int64_t {
@@ -381,8 +386,10 @@ void Gpt2Cuda::Impl::forward(int batch, int seq) {
   const int* tokens = batch_dev.get() + bl.tokens();
   // Layer l's range ends where the next begins ([wte, wpe, layer 0, ..., layer L-1, ln_f]).
   auto layer_end = [&](int l) { return l + 1 == config.n_layer ? lnf_w : offsets[std::size_t(l) + 1].ln1_w; };
-  if (parameters_needed) parameters_needed(0, layer_end(0));
+  // The embeddings' range (wte, wpe: everything before layer 0), then layer 0's.
+  if (parameters_needed) parameters_needed(0, offsets[0].ln1_w);
   cuda::encoder_forward(x0.get(), tokens, param(wte), param(wpe), batch, seq, C, stream);
+  if (parameters_needed) parameters_needed(offsets[0].ln1_w, layer_end(0) - offsets[0].ln1_w);
   cuda::layernorm_forward(layers[0].ln1.get(), layers[0].ln1_mean.get(), layers[0].ln1_rstd.get(), nullptr, x0.get(), nullptr,
                           param(offsets[0].ln1_w), param_or_null(offsets[0].ln1_b), int(N), C, eps, stream);
   for (int l = 0; l < config.n_layer; ++l) {
