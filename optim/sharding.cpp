@@ -103,6 +103,37 @@ std::pair<int, int> ShardPlan::buckets_touching(FlatRange r) const {
   return {int(first - buckets_.begin()), int(last - buckets_.begin())};
 }
 
+std::pair<int, int> ranges_touching(const std::vector<FlatRange>& ascending, FlatRange r) {
+  if (r.empty()) return {0, 0};
+  const auto first = std::upper_bound(ascending.begin(), ascending.end(), r.begin, [](std::int64_t x, const FlatRange& b) { return x < b.end; });
+  const auto last = std::lower_bound(first, ascending.end(), r.end, [](const FlatRange& b, std::int64_t x) { return b.begin < x; });
+  return {int(first - ascending.begin()), int(last - ascending.begin())};
+}
+
+std::vector<FlatRange> forward_order_parts(const std::vector<model::ParamTensor>& tensors) {
+  std::int64_t total = 0;
+  for (const auto& t : tensors) total = std::max(total, t.offset + t.size);
+  auto offset_of = [&](const std::string& name) -> std::int64_t {
+    for (const auto& t : tensors)
+      if (t.name == name) return t.offset;
+    return -1;
+  };
+  std::vector<std::int64_t> cuts = {0};
+  for (int l = 0;; ++l) {
+    const std::int64_t at = offset_of("transformer.h." + std::to_string(l) + ".ln_1.weight");
+    if (at < 0) break;
+    cuts.push_back(at);
+  }
+  if (const std::int64_t lnf = offset_of("transformer.ln_f.weight"); lnf >= 0) cuts.push_back(lnf);
+  cuts.push_back(total);
+  std::vector<FlatRange> parts;
+  for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+    if (cuts[k + 1] < cuts[k]) throw std::logic_error("forward_order_parts: the parameter layout is not [embeddings, layers, ln_f]");
+    if (cuts[k + 1] > cuts[k]) parts.push_back({cuts[k], cuts[k + 1]});
+  }
+  return parts;
+}
+
 namespace {
 
 void check_sizes(const ShardPlan& plan, int rank, std::size_t full, std::size_t shard, const char* what) {

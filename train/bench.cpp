@@ -76,6 +76,7 @@ BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptio
   // timed windows (a few microseconds of host work per wait).
   engine->measure_communication(true);
   engine->take_communication_wait_ms();
+  engine->take_update_wait_ms();
   double timed_s = 0;
   for (int w = 0; w < 5; ++w) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -87,12 +88,17 @@ BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptio
     if (cuda) peak = std::max(peak, cuda_memory_in_use());
   }
   const double wait_ms = engine->take_communication_wait_ms();
+  const double update_wait_ms = engine->take_update_wait_ms();
   engine->measure_communication(false);
   r.communication_wait_ms = wait_ms / double(5 * window);
   r.communication_wait_share = wait_ms / (timed_s * 1e3);
+  r.optimizer_overlapped = engine->optimizer_overlaps();
+  r.optimizer_wait_ms = update_wait_ms / double(5 * window);
   std::sort(per_step.begin(), per_step.end());
   const double dt = per_step[2];
-  // The parts of a step, each timed alone between synchronizations.
+  // The parts of a step, each timed alone between synchronizations (take_loss_sum waits for the
+  // optimizer's stream too): with the update overlapped, optimizer_ms is its whole time, of which
+  // the step itself only sees optimizer_wait_ms.
   auto median_ms = [&](auto&& part) {
     std::vector<double> t;
     for (int i = 0; i < 7; ++i) {

@@ -2,6 +2,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "engine.hpp"
@@ -45,13 +46,23 @@ class CpuEngine final : public TrainingEngine {
     loss_sum_ += double(model_.forward(tokens, targets, batch, len));
   }
   double take_loss_sum() override { return std::exchange(loss_sum_, 0.0); }
-  double clip_grad_norm(double max_norm) override { return optim::clip_grad_norm(model_.grads(), max_norm); }
-  void optimizer_step(double lr) override { optimizer_.step(model_.params(), model_.grads(), lr); }
+  void clip_grad_norm(double max_norm) override {
+    norm_ = optim::clip_grad_norm(model_.grads(), max_norm);
+    skip_step_ = !std::isfinite(norm_);
+  }
+  double grad_norm() override { return norm_; }
+  // As the GPU's: the step after a norm that is not finite changes nothing.
+  void optimizer_step(double lr) override {
+    if (!skip_step_) optimizer_.step(model_.params(), model_.grads(), lr);
+    skip_step_ = false;
+  }
 
  private:
   model::Gpt2<float> model_;
   optim::Optimizer<float> optimizer_;
   double loss_sum_ = 0.0;
+  double norm_ = 0.0;       // of the last clip_grad_norm
+  bool skip_step_ = false;  // that norm was not finite
 };
 
 }  // namespace

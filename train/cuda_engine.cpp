@@ -11,6 +11,13 @@
 // norm is summed from per-rank parts in rank order. With dist.zero_stage = 0 the buckets are
 // all-reduced and every rank runs the whole, identical optimizer step. Either way every rank
 // keeps identical weights; the loss is summed the same way.
+//
+// One process (and stage 0), with train.overlap_optimizer (the default): the optimizer step runs
+// on a second stream (update_overlap.hpp): the norm and the clipping factor are computed on the
+// device, the parameters are updated part by part in the order the forward reads them, and the
+// next forward waits per layer for its part, through the same parameters-needed hook ZeRO-1 uses
+// for its all-gather. The update also zeroes the gradients as it reads them, so zero_grad() has
+// nothing left to do. Without the overlap the same kernels run on the compute stream.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -21,6 +28,7 @@
 #include "cuda_collectives.hpp"
 #include "data_parallel_sync.hpp"
 #include "engine.hpp"
+#include "update_overlap.hpp"
 #include "stableflash/model/cuda/blas.hpp"
 #include "stableflash/model/cuda/device_array.hpp"
 #include "stableflash/model/gpt2_cuda.hpp"
@@ -51,6 +59,12 @@ std::optional<optim::ShardPlan> plan_for(const TrainConfig& config, const model:
                                 /*replicate_all=*/config.dist.zero_stage == 0);
 }
 
+// The overlapped optimizer step where it applies (one process or stage 0, train.overlap_optimizer).
+std::unique_ptr<UpdateOverlap> overlap_for(const TrainConfig& config, const model::Gpt2Cuda& model, bool zero) {
+  if (zero || !config.train.overlap_optimizer) return nullptr;
+  return std::make_unique<UpdateOverlap>(optim::forward_order_parts(model.tensors()), static_cast<cudaStream_t>(model.stream()));
+}
+
 class CudaEngine final : public TrainingEngine {
  public:
   CudaEngine(const TrainConfig& config, int device, const World& world)
@@ -59,8 +73,13 @@ class CudaEngine final : public TrainingEngine {
         model_(config.model, config.layer_attention(), config.train.batch_size, config.train.seq_len, config.train.deterministic),
         plan_(plan_for(config, model_, world)),
         zero_(plan_ && config.dist.zero_stage == 1),
-        optimizer_(config.optim, model_.tensors(), *static_cast<model::cuda::Blas*>(model_.blas()), zero_ ? &*plan_ : nullptr, world.rank),
+        overlap_(overlap_for(config, model_, zero_)),
+        // Muon's products on the optimizer's stream: a cuBLASLt handle of its own, tuned like the model's.
+        overlap_blas_(overlap_ ? std::make_unique<model::cuda::Blas>(overlap_->stream(), /*tune=*/!config.train.deterministic) : nullptr),
+        optimizer_(config.optim, model_.tensors(), overlap_ ? *overlap_blas_ : *static_cast<model::cuda::Blas*>(model_.blas()),
+                   zero_ ? &*plan_ : nullptr, world.rank, overlap_ ? overlap_->parts() : std::vector<optim::FlatRange>{}),
         params_(std::size_t(model_.parameter_count())) {
+    if (overlap_) model_.set_parameters_needed([this](std::int64_t offset, std::int64_t count) { overlap_->parameters_needed(offset, count); });
     if (!plan_) return;
     const auto compute = static_cast<cudaStream_t>(model_.stream());
     collectives_ = std::make_unique<Collectives>(world, compute);
@@ -74,16 +93,19 @@ class CudaEngine final : public TrainingEngine {
     std::string d = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
     if (collectives_) d += zero_ ? ", data parallel over NCCL, ZeRO-1" : ", data parallel over NCCL, all-reduce";
     if (plan_) d += ", " + std::to_string(plan_->buckets().size()) + " gradient buckets";
+    if (overlap_) d += ", optimizer overlapped with the forward";
     return d;
   }
   bool asynchronous() const override { return true; }
 
   void init_weights(std::uint64_t seed) override {
     model::init_parameters<float>(model_.config(), model_.tensors(), seed, params_);
+    wait_for_all_parameters();
     model_.set_params(params_);
   }
   void load(const Checkpoint& checkpoint) override {
     load_weights(checkpoint, model_.tensors(), params_);
+    wait_for_all_parameters();
     model_.set_params(params_);
     OptimizerState st = read_optimizer_state(checkpoint, model_.parameter_count());
     if (zero_) {  // every rank reads the whole state and keeps its shard: any world size resumes
@@ -97,7 +119,7 @@ class CudaEngine final : public TrainingEngine {
   // Collective under ZeRO-1: every rank calls it, rank 0 gathers the optimizer shards. Only rank
   // 0's snapshot holds weights and state (it alone writes checkpoints).
   TrainingSnapshot snapshot() override {
-    if (sync_) sync_->wait_for_all_parameters();
+    wait_for_all_parameters();  // the moments are read on the optimizer's own stream, after its update
     TrainingSnapshot s;
     s.model_config = &model_.config();
     s.tensors = &model_.tensors();
@@ -122,7 +144,7 @@ class CudaEngine final : public TrainingEngine {
 
   void read_parameters(std::int64_t offset, std::span<float> out) override {
     if (offset < 0 || offset + std::int64_t(out.size()) > model_.parameter_count()) throw std::out_of_range("read_parameters: past the model");
-    if (sync_) sync_->wait_for_all_parameters();
+    wait_for_all_parameters();
     check_cuda(cudaMemcpyAsync(out.data(), model_.params() + offset, out.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                static_cast<cudaStream_t>(model_.stream())),
                "cudaMemcpyAsync (parameters)");
@@ -130,15 +152,24 @@ class CudaEngine final : public TrainingEngine {
   }
 
   std::span<const float> parameters_on_host() override {
+    wait_for_all_parameters();
     model_.get_params(params_);  // synchronous: the probe step's weights after its update
     return params_;
   }
   void request_capture(const model::CaptureRequest& request) override { model_.request_capture(request); }
   model::Capture take_capture() override { return model_.take_capture(); }
 
-  void zero_grad() override { model_.zero_grad(); }
+  void zero_grad() override {
+    if (grads_zeroed_) return;  // the last optimizer step zeroed them as it read them
+    // No update can still be reading them on the optimizer's stream (one that ran set
+    // grads_zeroed_, and the forward since waited for it); this wait only makes sure. Not for
+    // ZeRO-1's gathers, which write parameters only and overlap the next forward.
+    if (overlap_) overlap_->wait_for_all_parameters();
+    model_.zero_grad();
+  }
   void train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale,
                          bool last) override {
+    grads_zeroed_ = false;
     if (!sync_ || !last) {
       model_.train_micro_batch(tokens, targets, batch, len, loss_scale);
       return check_forward_waited();
@@ -156,20 +187,42 @@ class CudaEngine final : public TrainingEngine {
   }
   double take_loss_sum() override {
     const double local = model_.take_loss_sum();
+    if (overlap_) overlap_->synchronize();  // in a step the previous update is long done (the forward waited for it)
     return collectives_ ? collectives_->sum(local) : local;
   }
-  double clip_grad_norm(double max_norm) override {
-    if (!zero_) return optimizer_.clip_grad_norm(model_.grads(), max_norm);
+  void clip_grad_norm(double max_norm) override {
+    if (!zero_) {
+      // The norm and the factor on the device, for the update that follows; nothing waits here.
+      if (overlap_) overlap_->after_compute();
+      optimizer_.queue_clip_grad_norm(model_.grads(), max_norm);
+      return;
+    }
     // Each rank's part of the sum of squares, added in rank order on every rank: the same clipping
     // factor everywhere, the same bits every run (NCCL's summation order does not enter).
     const std::vector<double> parts = collectives_->gather(optimizer_.grad_sum_of_squares(model_.grads()));
     double sum = 0;
     for (double p : parts) sum += p;
-    return optimizer_.clip_with_sum_of_squares(sum, max_norm);
+    optimizer_.clip_with_sum_of_squares(sum, max_norm);
   }
+  double grad_norm() override { return optimizer_.last_grad_norm(); }
   void optimizer_step(double lr) override {
     auto* params16 = static_cast<__nv_bfloat16*>(model_.params_bf16());
-    if (!zero_) return optimizer_.step(model_.params(), params16, model_.grads(), lr);
+    if (!zero_) {
+      // The update zeroes each gradient once read (the next step's zero_grad). Overlapped, it runs
+      // after everything queued on the compute stream (the backward, a reduction) and announces
+      // each part to the next forward; the compute stream writes no gradient or parameter before
+      // that forward has waited for every part (train_micro_batch always starts with it, and
+      // zero_grad has nothing to do until one ran).
+      if (!overlap_) {
+        optimizer_.step(model_.params(), params16, model_.grads(), lr, {}, /*zero_grads=*/true);
+      } else {
+        overlap_->after_compute();
+        optimizer_.step(model_.params(), params16, model_.grads(), lr, [this](int part) { overlap_->part_updated(part); },
+                        /*zero_grads=*/true);
+      }
+      grads_zeroed_ = true;
+      return;
+    }
     sync_->wait_for_all_parameters();  // a no-op after a forward; guards against writing what a gather still writes
     optimizer_.step(model_.params(), params16, model_.grads(), lr,
                     [this, params16](int bucket) { sync_->gather_after_update(bucket, model_.params(), params16); });
@@ -178,8 +231,11 @@ class CudaEngine final : public TrainingEngine {
   std::vector<double> from_every_rank(double local) override { return collectives_ ? collectives_->gather(local) : std::vector<double>{local}; }
   void measure_communication(bool on) override {
     if (sync_) sync_->measure_waits(on);
+    if (overlap_) overlap_->measure_waits(on);
   }
   double take_communication_wait_ms() override { return sync_ ? sync_->take_wait_ms() : 0.0; }
+  double take_update_wait_ms() override { return overlap_ ? overlap_->take_wait_ms() : 0.0; }
+  bool optimizer_overlaps() const override { return overlap_ != nullptr; }
   void heartbeat(std::int64_t step) override {
     if (collectives_) collectives_->rendezvous().heartbeat(step);
   }
@@ -195,12 +251,18 @@ class CudaEngine final : public TrainingEngine {
     });
   }
   // Every forward must announce every range it reads, or it would have read parameters whose
-  // all-gather was still running.
+  // all-gather (or overlapped update) was still running.
   void check_forward_waited() const {
-    if (zero_ && sync_->parameters_pending())
+    if ((zero_ && sync_->parameters_pending()) || (overlap_ && overlap_->parameters_pending()))
       throw std::logic_error("rank " + std::to_string(world_.rank) +
                              ": the forward did not announce every parameter range it reads (set_parameters_needed); "
-                             "it may have read parameters before their all-gather finished");
+                             "it may have read parameters before their " + std::string(zero_ ? "all-gather" : "update") + " finished");
+  }
+  // Before anything but a forward reads or writes the parameters: the compute stream waits for
+  // every pending all-gather (ZeRO-1) or part of the overlapped update.
+  void wait_for_all_parameters() {
+    if (sync_) sync_->wait_for_all_parameters();
+    if (overlap_) overlap_->wait_for_all_parameters();
   }
 
   int device_;
@@ -208,7 +270,10 @@ class CudaEngine final : public TrainingEngine {
   model::Gpt2Cuda model_;
   std::optional<optim::ShardPlan> plan_;         // data parallel only
   bool zero_ = false;                            // ZeRO-1: the optimizer holds this rank's shard
+  std::unique_ptr<UpdateOverlap> overlap_;       // the optimizer's stream and its events (overlapped update only)
+  std::unique_ptr<model::cuda::Blas> overlap_blas_;  // on overlap_'s stream (Muon's products)
   optim::CudaOptimizer optimizer_;
+  bool grads_zeroed_ = false;                    // by the last optimizer step, and not written since
   std::vector<float> params_, first_, second_;   // host copies for checkpoints
   std::unique_ptr<Collectives> collectives_;     // data parallel only
   std::unique_ptr<DataParallelSync> sync_;       // data parallel only

@@ -51,10 +51,17 @@ class TrainingEngine {
                                  bool last) = 0;
   // Forward only; adds the mean loss to the loss sum.
   virtual void eval_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len) = 0;
-  // The sum of mean losses since the last call, over every rank, then reset (waits for queued work).
+  // The sum of mean losses since the last call, over every rank, then reset (waits for queued
+  // work, an overlapped optimizer step included).
   virtual double take_loss_sum() = 0;
-  // Global gradient-norm clipping (optim::clip_grad_norm's rule); returns the norm before clipping.
-  virtual double clip_grad_norm(double max_norm) = 0;
+  // Global gradient-norm clipping (optim::clip_grad_norm's rule) for the next optimizer_step().
+  // The GPU queues it: the norm and the factor are computed on the device, and the update reads
+  // the factor there, with no host round trip in between. A norm that is not finite makes the
+  // next optimizer_step() change nothing (the trainer then stops, "before updating the weights").
+  virtual void clip_grad_norm(double max_norm) = 0;
+  // The norm before clipping of the last clip_grad_norm (the GPU waits for that value only, not for
+  // the update queued after it).
+  virtual double grad_norm() = 0;
   virtual void optimizer_step(double lr) = 0;
 
   // Data parallel: this rank reached `step` (the watchdog's progress signal), and an orderly end.
@@ -72,6 +79,14 @@ class TrainingEngine {
   // call (0 for one process).
   virtual void measure_communication(bool /*on*/) {}
   virtual double take_communication_wait_ms() { return 0.0; }
+  // One GPU (and all-reduce data parallelism): the optimizer step runs on a second stream while the
+  // next forward starts, each layer's forward waiting for that layer's update (train.overlap_optimizer).
+  // With measuring on (measure_communication), the engine times those waits; take_update_wait_ms()
+  // waits for queued work and returns the milliseconds the forward stood waiting for the update
+  // (the gradient norm, the embeddings' update and whatever the forward caught up with) since the
+  // last call. 0 where the update does not overlap.
+  virtual double take_update_wait_ms() { return 0.0; }
+  virtual bool optimizer_overlaps() const { return false; }
 };
 
 // bf16_autocast: the CPU model emulates BF16 autocast (Gpt2::set_bf16_autocast).

@@ -293,8 +293,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
     m.step = step;
     m.loss = float(engine->take_loss_sum()) / float(ts.grad_accum);  // an FP32 value: metrics.jsonl's %.9g round-trips it
     if (options.stop_on_signals && world.distributed()) stop_agreed = engine->any_rank(stop_signal() != 0);
-    m.grad_norm = engine->clip_grad_norm(config.optim.grad_clip);
-    if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {
+    auto stop_non_finite = [&]() {
       progress.finish();
       throw NonFiniteLoss(std::string(std::isfinite(m.loss) ? "gradient norm" : "loss") + " is " +
                           fmt("%g", std::isfinite(m.loss) ? m.grad_norm : m.loss) + " at step " + std::to_string(step) +
@@ -302,9 +301,16 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
                           (last_checkpoint.empty() ? std::string("No checkpoint was written yet.")
                                                    : "The last good checkpoint is " + last_checkpoint + " (step " +
                                                          std::to_string(last_checkpoint_step) + "); it is left as it was."));
-    }
+    };
+    if (!std::isfinite(m.loss)) stop_non_finite();
+    // The norm, the clipping factor and the update are queued without waiting: on the GPU the
+    // update then overlaps the next step's forward. The norm is read once it is computed; a norm
+    // that is not finite has made the queued update change nothing.
+    engine->clip_grad_norm(config.optim.grad_clip);
     m.lr = optim::learning_rate(config.optim, step);
     engine->optimizer_step(m.lr);
+    m.grad_norm = engine->grad_norm();
+    if (!std::isfinite(m.grad_norm)) stop_non_finite();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     m.tokens_per_s = double(config.tokens_per_step()) / std::max(seconds, 1e-9);
     if (val_set && ((step + 1) % ts.val_every == 0 || last)) m.val_loss = validate_loss();

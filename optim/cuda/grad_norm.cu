@@ -1,5 +1,6 @@
-// Deterministic sums of squares (the global gradient norm, Muon's Frobenius norm). Clipping
-// itself is lazy (the optimizer kernels scale each gradient as they read it).
+// Deterministic sums of squares (the global gradient norm, Muon's Frobenius norm), and the
+// clipping factor from them on the device. Clipping itself is lazy (the optimizer kernels scale
+// each gradient as they read it, taking the factor from device memory).
 //
 // Two passes, both with a fixed reduction tree: a grid of at most kMaxPartials blocks, each thread
 // summing a grid-stride slice in FP64 and the block folding its threads pairwise, then one block
@@ -46,7 +47,32 @@ __global__ void __launch_bounds__(kThreads) final_sum_kernel(const double* parti
   if (threadIdx.x == 0) *sum = total;
 }
 
+// The host formula of CudaOptimizer::clip_with_sum_of_squares, operation for operation, with the
+// IEEE round-to-nearest intrinsics (no contraction): the same bits as the host's doubles.
+__global__ void clip_factor_kernel(const double* sums, int n, double max_norm, StepScale* scale) {
+  double sum = 0;
+  for (int k = 0; k < n; ++k) sum = __dadd_rn(sum, sums[k]);
+  const double norm = __dsqrt_rn(sum);
+  StepScale s;
+  s.norm = norm;
+  s.factor = max_norm > 0 && norm > max_norm ? __double2float_rn(__ddiv_rn(max_norm, __dadd_rn(norm, 1e-6))) : 1.0f;
+  s.skip = isfinite(norm) ? 0 : 1;
+  *scale = s;
+}
+
+__global__ void set_scale_kernel(StepScale* scale, StepScale value) { *scale = value; }
+
 }  // namespace
+
+void launch_clip_factor(const double* sums, int n, double max_norm, StepScale* scale, cudaStream_t stream) {
+  clip_factor_kernel<<<1, 1, 0, stream>>>(sums, n, max_norm, scale);
+  model::cuda::check_cuda(cudaGetLastError(), "clip factor kernel launch");
+}
+
+void launch_set_scale(StepScale* scale, const StepScale& value, cudaStream_t stream) {
+  set_scale_kernel<<<1, 1, 0, stream>>>(scale, value);
+  model::cuda::check_cuda(cudaGetLastError(), "clip factor kernel launch");
+}
 
 template <class T>
 void launch_sum_squares(const T* x, std::int64_t n, double* partials, double* sum, cudaStream_t stream) {

@@ -16,19 +16,27 @@ namespace {
 // The CPU's newton_schulz coefficients (quintic, Muon's), as the FP32 alpha/beta the GEMM takes.
 constexpr float kA = 3.4445f, kB = -4.7750f, kC = 2.0315f;
 
-// g = FP32(grad * grad_scale) (lazy clipping, the value an in-place clip would have stored);
+// g = FP32(grad * factor) (lazy clipping, the value an in-place clip would have stored);
 // buf.lerp_(g, 1 - mu); G = g.lerp(buf, mu) with Nesterov (else buf), stored as BF16 in the wide
 // orientation [r, k]: transposed when the tensor is tall, as newton_schulz transposes it. The
-// transposed store is uncoalesced; the matrices are small next to the GEMMs that follow.
-__global__ void momentum_kernel(const float* g, float* buf, __nv_bfloat16* x, int rows, int cols, bool transpose, MuonScalars s) {
+// transposed store is uncoalesced; the matrices are small next to the GEMMs that follow. With
+// s.zero_grads each gradient is set to 0 once read; with s.scale->skip only x is written.
+__global__ void momentum_kernel(float* g, float* buf, __nv_bfloat16* x, int rows, int cols, bool transpose, MuonScalars s) {
   const std::int64_t n = std::int64_t(rows) * cols;
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+  const bool skip = s.scale->skip != 0;
+  const float grad_scale = s.scale->factor;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float gi = __fmul_rn(g[i], s.grad_scale);
+    const std::int64_t row = i / cols, col = i % cols;
+    if (skip) {  // keep Newton-Schulz's input finite-or-not as it is; write neither buf nor g
+      x[transpose ? col * rows + row : i] = __float2bfloat16_rn(0.0f);
+      continue;
+    }
+    const float gi = __fmul_rn(g[i], grad_scale);
+    if (s.zero_grads) g[i] = 0.0f;
     const float b = __fadd_rn(buf[i], __fmul_rn(s.one_minus_mu, __fsub_rn(gi, buf[i])));
     buf[i] = b;
     const float look = s.nesterov ? __fadd_rn(gi, __fmul_rn(s.mu, __fsub_rn(b, gi))) : b;
-    const std::int64_t row = i / cols, col = i % cols;
     x[transpose ? col * rows + row : i] = __float2bfloat16_rn(look);
   }
 }
@@ -42,9 +50,11 @@ __global__ void normalize_kernel(__nv_bfloat16* x, std::int64_t n, const double*
     x[i] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(x[i]), inv));
 }
 
-// p = p * decay - scaled_lr * X, reading X [r, k] back in the tensor's orientation; then the BF16 copy.
+// p = p * decay - scaled_lr * X, reading X [r, k] back in the tensor's orientation; then the BF16
+// copy. Nothing when the step is skipped (scale->skip).
 __global__ void update_kernel(float* p, __nv_bfloat16* p16, const __nv_bfloat16* x, int rows, int cols, bool transpose, float decay,
-                              float scaled_lr) {
+                              float scaled_lr, const StepScale* scale) {
+  if (scale->skip) return;
   const std::int64_t n = std::int64_t(rows) * cols;
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -63,7 +73,7 @@ void copy_device(__nv_bfloat16* dst, const __nv_bfloat16* src, std::int64_t n, c
 
 }  // namespace
 
-void muon_tensor(const MuonTensor& t, const MuonScalars& s, float* params, __nv_bfloat16* params_bf16, const float* grads,
+void muon_tensor(const MuonTensor& t, const MuonScalars& s, float* params, __nv_bfloat16* params_bf16, float* grads,
                  float* momentum, const MuonScratch& scratch, model::cuda::Blas& blas) {
   using model::cuda::bf16_matrix;
   using model::cuda::GemmOptions;
@@ -93,7 +103,8 @@ void muon_tensor(const MuonTensor& t, const MuonScalars& s, float* params, __nv_
     std::swap(x, y);
   }
 
-  update_kernel<<<blocks, kThreads, 0, stream>>>(params + t.offset, params_bf16 + t.offset, x, t.rows, t.cols, tall, s.decay, s.scaled_lr);
+  update_kernel<<<blocks, kThreads, 0, stream>>>(params + t.offset, params_bf16 + t.offset, x, t.rows, t.cols, tall, s.decay, s.scaled_lr,
+                                                 s.scale);
   model::cuda::check_cuda(cudaGetLastError(), "Muon update kernel launch");
 }
 

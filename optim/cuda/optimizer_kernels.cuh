@@ -33,7 +33,8 @@ inline unsigned elementwise_blocks(std::int64_t n) {
 // launch without one block doing all the work.
 inline constexpr std::int32_t kAdamwChunk = 1 << 16;
 // Sharded (ZeRO-1), AdamW runs one launch per gradient bucket over the rank's piece of it (a few
-// million values): smaller chunks keep such a launch at hundreds of blocks, enough to fill the GPU.
+// million values), and in update parts one per layer: smaller chunks keep such a launch at
+// hundreds of blocks, enough to fill the GPU.
 inline constexpr std::int32_t kAdamwShardChunk = 1 << 13;
 struct AdamwChunk {
   std::int64_t offset = 0;      // of the chunk's first element in the flat parameters
@@ -42,19 +43,30 @@ struct AdamwChunk {
   std::int32_t apply_decay = 0;  // weight decay touches 2-D tensors only
 };
 
+// The clipping of one step, in device memory: written by the norm's last kernel (or from a
+// host-side norm, ZeRO-1) and read by every update kernel, so no host round trip sits between the
+// backward and the update. Each gradient is read as FP32(g * factor), the value an in-place clip
+// would have stored (factor 1 when not clipping: g * 1 == g, no flush-to-zero here).
+struct StepScale {
+  double norm = 0;   // the global gradient norm before clipping (sqrt of the FP64 sum of squares)
+  float factor = 1;  // FP32(max_norm / (norm + 1e-6)) when max_norm > 0 and norm > max_norm, else 1
+  int skip = 0;      // 1 when the norm is not finite: the update writes nothing (the trainer stops)
+};
+
 // Per-step scalars, rounded to FP32 on the host exactly where Optimizer<float>::adamw_tensor rounds.
-// grad_scale: the pending clipping factor; each gradient is read as FP32(g * grad_scale), the value
-// an in-place clip would have stored (1 when not clipping: g * 1 == g, no flush-to-zero here).
+// The clipping factor comes from `scale` (device memory, see StepScale).
 struct AdamwScalars {
   float beta1 = 0, one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0, eps = 0;
   float bc2_sqrt = 0, step_size = 0, decay = 1;
-  float grad_scale = 1;
+  const StepScale* scale = nullptr;
+  int zero_grads = 0;  // 1: each gradient is set to 0 once read (the next step's zero_grad, fused)
+  int vector_ok = 0;   // 1: params, grads, m, v 16-byte and params_bf16 8-byte aligned (4-value accesses)
 };
 
 struct AdamwBuffers {
   float* params = nullptr;
   __nv_bfloat16* params_bf16 = nullptr;
-  const float* grads = nullptr;
+  float* grads = nullptr;  // read, and written only with AdamwScalars::zero_grads
   float* m = nullptr;
   float* v = nullptr;
 };
@@ -72,6 +84,13 @@ inline constexpr int kMaxPartials = 1024;
 template <class T>
 void launch_sum_squares(const T* x, std::int64_t n, double* partials, double* sum, cudaStream_t stream);
 
+// scale = the clipping of sums[0] + ... + sums[n - 1] (added in ascending order in FP64, then the
+// square root and the factor, every operation IEEE round-to-nearest: bitwise the host formula of
+// CudaOptimizer::clip_with_sum_of_squares on the same sums). One thread.
+void launch_clip_factor(const double* sums, int n, double max_norm, StepScale* scale, cudaStream_t stream);
+// scale = {norm, factor, skip} computed on the host (ZeRO-1: the norm from every rank's part).
+void launch_set_scale(StepScale* scale, const StepScale& value, cudaStream_t stream);
+
 // ---- Muon (muon.cu) ----
 
 struct MuonTensor {
@@ -85,7 +104,8 @@ struct MuonScalars {
   bool nesterov = true;
   float decay = 1, scaled_lr = 0;  // p = p * decay - scaled_lr * X
   int ns_steps = 5;
-  float grad_scale = 1;  // the pending clipping factor, as AdamwScalars::grad_scale
+  const StepScale* scale = nullptr;  // the clipping factor, as AdamwScalars::scale
+  int zero_grads = 0;                // as AdamwScalars::zero_grads
 };
 
 // Device scratch for one tensor at a time: x, y hold [r, k] and gram, poly [r, r] (r <= k, the
@@ -96,8 +116,9 @@ struct MuonScratch {
 };
 
 // One Muon update of tensor t: momentum, Nesterov look-ahead, Newton-Schulz in BF16 and the
-// decayed, scaled update of params and its BF16 copy. All on blas.stream().
-void muon_tensor(const MuonTensor& t, const MuonScalars& s, float* params, __nv_bfloat16* params_bf16, const float* grads,
+// decayed, scaled update of params and its BF16 copy. All on blas.stream(). With s.scale->skip
+// nothing is written but the scratch.
+void muon_tensor(const MuonTensor& t, const MuonScalars& s, float* params, __nv_bfloat16* params_bf16, float* grads,
                  float* momentum, const MuonScratch& scratch, model::cuda::Blas& blas);
 
 }  // namespace stableflash::optim::cuda_detail

@@ -2,6 +2,7 @@
 // sharded optimizer rely on, on the real GPT-2 layouts and on odd sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <stdexcept>
 #include <vector>
@@ -173,6 +174,47 @@ TEST(ShardPlan, BucketsTouching) {
   EXPECT_EQ(p.buckets_touching({0, 100}), std::make_pair(0, 4));
   EXPECT_EQ(p.buckets_touching({99, 100}), std::make_pair(3, 4));
   EXPECT_EQ(p.buckets_touching({50, 50}).first, p.buckets_touching({50, 50}).second);
+}
+
+TEST(ShardPlan, RangesTouchingAgreesWithBucketsTouching) {
+  const auto t = layout({{100, ParamRole::embedding}});
+  const ShardPlan p = ShardPlan::make(t, OptimizerKind::adamw, 2, 30);
+  std::vector<FlatRange> ranges;
+  for (const auto& b : p.buckets()) ranges.push_back(b.range);
+  for (std::int64_t a = 0; a <= 100; a += 3)
+    for (std::int64_t b = a; b <= 100; b += 7) EXPECT_EQ(ranges_touching(ranges, {a, b}), p.buckets_touching({a, b})) << a << ", " << b;
+}
+
+// The parts the one-GPU trainer updates one after the other while the next forward starts: in the
+// order of the CUDA model's parameters-needed calls (embeddings, each layer, ln_f), contiguous.
+TEST(ForwardOrderParts, EmbeddingsEachLayerThenLnF) {
+  for (const bool bias : {false, true}) {
+    model::Gpt2Config c;
+    c.n_layer = 12, c.n_head = 12, c.n_embd = 768, c.vocab_size = 50257, c.padded_vocab_size = 50304, c.block_size = 1024, c.bias = bias;
+    const auto tensors = model::parameter_layout(c);
+    const auto parts = forward_order_parts(tensors);
+    ASSERT_EQ(parts.size(), 14u);
+    std::int64_t at = 0, total = 0;
+    for (const auto& t : tensors) total = std::max(total, t.offset + t.size);
+    for (const auto& r : parts) {
+      EXPECT_EQ(r.begin, at);
+      EXPECT_FALSE(r.empty());
+      at = r.end;
+    }
+    EXPECT_EQ(at, total);
+    const std::int64_t C = 768;
+    EXPECT_EQ(parts[0].size(), (50304 + 1024) * C);  // wte, wpe
+    const std::int64_t layer = 12 * C * C + (bias ? 13 * C : 2 * C);  // 4 matrices, 2 LayerNorm weights (+ their biases and 4 more: 11C)
+    for (int l = 1; l <= 12; ++l) EXPECT_EQ(parts[std::size_t(l)].size(), layer) << "layer " << l - 1;
+    EXPECT_EQ(parts[13].size(), bias ? 2 * C : C);  // ln_f
+    for (const auto& t : tensors)  // every tensor lies in one part
+      EXPECT_EQ(ranges_touching(parts, {t.offset, t.offset + t.size}).second - ranges_touching(parts, {t.offset, t.offset + t.size}).first, 1)
+          << t.name;
+  }
+  // A layout without layers or ln_f is one part.
+  const auto one = forward_order_parts(layout({{10, ParamRole::vector}}));
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0], (FlatRange{0, 10}));
 }
 
 TEST(ShardPlan, StateRoundTripsThroughShardsForAnyWorld) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <span>
 #include <stdexcept>
@@ -27,6 +28,7 @@
 #include "stableflash/numerics/bf16.hpp"
 #include "stableflash/optim/cuda_optimizer.hpp"
 #include "stableflash/optim/optimizer.hpp"
+#include "stableflash/optim/sharding.hpp"
 
 namespace stableflash::optim {
 namespace {
@@ -624,6 +626,177 @@ TEST(CudaOptimizerGpu, StateSizeMismatchThrows) {
     EXPECT_NE(msg.find(std::to_string(n)), std::string::npos) << msg;
   }
   EXPECT_EQ(opt.steps_taken(), 0) << "a rejected load must not change the step count";
+}
+
+std::uint64_t bits_of_double(double x) {
+  std::uint64_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+// The clipping factor the device computes from its sums (queue_clip_grad_norm, what the trainer
+// uses) is the host formula of clip_with_sum_of_squares bit for bit, with one norm slice and with
+// many (a one-rank shard plan cuts the norm into per-bucket slices, added in ascending order), at,
+// just below and far from the threshold; the norm that reaches the host (last_grad_norm) is that
+// of the synchronous path, bit for bit.
+TEST(CudaOptimizerGpu, DeviceClipFactorIsTheHostFormulaBitwise) {
+  SF_REQUIRE_GPU();
+  const auto tensors = test_layout();
+  const std::int64_t n = total_size(tensors);
+  Stream stream;
+  Blas blas(stream.get());
+  const ShardPlan plan = ShardPlan::make(tensors, OptimizerKind::adamw, 1, 5000);
+  ASSERT_GT(plan.norm_slices(0).size(), 10u);
+  for (const bool sliced : {false, true}) {
+    SCOPED_TRACE(sliced ? "per-bucket norm slices" : "one norm slice");
+    CudaOptimizer gpu(OptimizerConfig{}, tensors, blas, sliced ? &plan : nullptr, 0);
+    DeviceModel dev(n);
+    const auto g = test_grads(tensors, 700);
+    dev.set_grads(g);
+    const double sum = gpu.grad_sum_of_squares(dev.grads());
+    const double norm = std::sqrt(sum);
+    EXPECT_EQ(gpu.pending_clip_factor(), 1.0f) << "no clip pending yet";
+    for (const double max_norm : {0.0, 2 * norm, norm, std::nextafter(norm, 0.0), norm / 3, 1e-30}) {
+      gpu.queue_clip_grad_norm(dev.grads(), max_norm);
+      const double device_norm = gpu.last_grad_norm();
+      const float device_factor = gpu.pending_clip_factor();
+      const double host_norm = gpu.clip_with_sum_of_squares(sum, max_norm);
+      const float host_factor = gpu.pending_clip_factor();
+      const float formula = max_norm > 0 && norm > max_norm ? float(max_norm / (norm + 1e-6)) : 1.0f;
+      EXPECT_EQ(bits_of_double(device_norm), bits_of_double(host_norm)) << "max_norm " << max_norm;
+      EXPECT_EQ(bits_of(device_factor), bits_of(formula)) << "max_norm " << max_norm << ": device " << device_factor << ", host " << formula;
+      EXPECT_EQ(bits_of(host_factor), bits_of(formula)) << "max_norm " << max_norm;
+      EXPECT_EQ(bits_of_double(gpu.last_grad_norm()), bits_of_double(host_norm));
+      EXPECT_EQ(bits_of_double(gpu.clip_grad_norm(dev.grads(), max_norm)), bits_of_double(host_norm));
+    }
+    EXPECT_EQ(dev.get_grads(), g) << "the norm never writes the gradients";
+  }
+}
+
+// A gradient norm that is not finite (a NaN or an infinite gradient) makes the next step write
+// nothing: parameters, BF16 copy, moments and gradients keep every bit (the trainer stops there,
+// "before updating the weights", without waiting for the norm first). The next step without a
+// clip is an ordinary one.
+TEST(CudaOptimizerGpu, NonFiniteNormSkipsTheStep) {
+  SF_REQUIRE_GPU();
+  const auto tensors = test_layout();
+  const std::int64_t n = total_size(tensors);
+  for (const OptimizerKind kind : {OptimizerKind::adamw, OptimizerKind::muon})
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      SCOPED_TRACE(std::string(kind == OptimizerKind::muon ? "muon" : "adamw") + (std::isnan(bad) ? ", NaN" : ", inf"));
+      OptimizerConfig cfg;
+      cfg.kind = kind;
+      cfg.weight_decay = 0.1;
+      Stream stream;
+      Blas blas(stream.get());
+      CudaOptimizer gpu(cfg, tensors, blas);
+      DeviceModel dev(n);
+      dev.set_params(normal_floats(n, 8, 0.1));
+      dev.set_grads(test_grads(tensors, 800));
+      gpu.clip_grad_norm(dev.grads(), 1.0);
+      gpu.step(dev.params(), dev.params_bf16(), dev.grads(), 0.01);  // moments not zero from here on
+      auto g = test_grads(tensors, 801);
+      g[std::size_t(n / 2)] = bad;
+      dev.set_grads(g);
+      const auto p0 = dev.get_params();
+      const auto h0 = dev.get_bf16();
+      std::vector<float> m0(static_cast<std::size_t>(n)), v0(static_cast<std::size_t>(n)), m1(static_cast<std::size_t>(n)), v1(static_cast<std::size_t>(n));
+      gpu.download_state(m0, v0);
+      const double norm = gpu.clip_grad_norm(dev.grads(), 1.0);
+      EXPECT_FALSE(std::isfinite(norm));
+      EXPECT_TRUE(std::isnan(gpu.pending_clip_factor())) << "a pending skip reads as NaN";
+      gpu.step(dev.params(), dev.params_bf16(), dev.grads(), 0.01, {}, /*zero_grads=*/true);
+      const auto p1 = dev.get_params();
+      const auto h1 = dev.get_bf16();
+      gpu.download_state(m1, v1);
+      EXPECT_EQ(std::memcmp(p0.data(), p1.data(), p0.size() * sizeof(float)), 0) << "parameters changed";
+      EXPECT_EQ(std::memcmp(h0.data(), h1.data(), h0.size() * sizeof(__nv_bfloat16)), 0) << "BF16 copy changed";
+      EXPECT_EQ(std::memcmp(m0.data(), m1.data(), m0.size() * sizeof(float)), 0) << "first moment changed";
+      EXPECT_EQ(std::memcmp(v0.data(), v1.data(), v0.size() * sizeof(float)), 0) << "second moment changed";
+      const auto g1 = dev.get_grads();
+      EXPECT_EQ(std::memcmp(g.data(), g1.data(), g.size() * sizeof(float)), 0) << "gradients changed";
+      dev.set_grads(test_grads(tensors, 802));
+      gpu.step(dev.params(), dev.params_bf16(), dev.grads(), 0.01);
+      EXPECT_NE(dev.get_params(), p0) << "the step after a skipped one must update";
+      EXPECT_TRUE(dev.guards_intact());
+    }
+}
+
+// The update in parts (what the one-GPU trainer overlaps with the next forward) on a second
+// stream with its own cuBLASLt handle, zeroing the gradients as it reads them, against the
+// one-launch update on the first stream: the same bits in the parameters, the BF16 copy and both
+// moments, for AdamW and Muon, clipped and not; after_part runs once per part in ascending order;
+// the gradients end at zero and nothing past the end is written. The cuts include one inside an
+// AdamW tensor and one inside a Muon matrix (which updates with the part it starts in).
+TEST(CudaOptimizerGpu, UpdateInPartsOnAnotherStreamIsBitwiseTheWholeUpdate) {
+  SF_REQUIRE_GPU();
+  const auto tensors = test_layout();
+  const std::int64_t n = total_size(tensors);
+  auto offset_of = [&](const std::string& name) {
+    for (const auto& t : tensors)
+      if (t.name == name) return t.offset;
+    ADD_FAILURE() << name;
+    return std::int64_t(0);
+  };
+  std::vector<std::int64_t> cuts = {0,
+                                    offset_of("transformer.h.0.ln_1.weight"),
+                                    offset_of("transformer.h.1.ln_1.weight"),
+                                    offset_of("transformer.ln_f.weight"),
+                                    offset_of("test.big_matrix") + 1000,
+                                    offset_of("test.long_vector"),
+                                    offset_of("test.odd_tall") + 5,
+                                    n};
+  std::vector<FlatRange> parts;
+  for (std::size_t k = 0; k + 1 < cuts.size(); ++k) parts.push_back({cuts[k], cuts[k + 1]});
+  for (const OptimizerKind kind : {OptimizerKind::adamw, OptimizerKind::muon}) {
+    SCOPED_TRACE(kind == OptimizerKind::muon ? "muon" : "adamw");
+    OptimizerConfig cfg;
+    cfg.kind = kind;
+    cfg.weight_decay = 0.1;
+    Stream first, second;
+    Blas blas_a(first.get()), blas_b(second.get());
+    CudaOptimizer a(cfg, tensors, blas_a), b(cfg, tensors, blas_b, nullptr, 0, parts);
+    EXPECT_EQ(a.part_count(), 1);
+    ASSERT_EQ(b.part_count(), int(parts.size()));
+    DeviceModel dev_a(n), dev_b(n);
+    const auto p0 = normal_floats(n, 9, 0.1);
+    dev_a.set_params(p0);
+    dev_b.set_params(p0);
+    for (int s = 0; s < 3; ++s) {
+      const auto g = test_grads(tensors, 900 + s);
+      dev_a.set_grads(g);
+      dev_b.set_grads(g);
+      const double norm = a.clip_grad_norm(dev_a.grads(), 0.0);
+      const double max_norm = s == 1 ? 0.0 : norm / 4;  // clipped, not clipped, clipped
+      a.clip_grad_norm(dev_a.grads(), max_norm);
+      b.queue_clip_grad_norm(dev_b.grads(), max_norm);
+      std::vector<int> seen;
+      b.step(dev_b.params(), dev_b.params_bf16(), dev_b.grads(), 0.01 / (s + 1), [&](int k) { seen.push_back(k); }, /*zero_grads=*/true);
+      a.step(dev_a.params(), dev_a.params_bf16(), dev_a.grads(), 0.01 / (s + 1));
+      EXPECT_EQ(bits_of_double(b.last_grad_norm()), bits_of_double(norm)) << "step " << s;
+      std::vector<int> want(parts.size());
+      std::iota(want.begin(), want.end(), 0);
+      EXPECT_EQ(seen, want) << "step " << s;
+      const auto pa = dev_a.get_params(), pb = dev_b.get_params();
+      EXPECT_EQ(std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float)), 0) << "step " << s << ": parameters differ";
+      const auto ha = dev_a.get_bf16(), hb = dev_b.get_bf16();
+      EXPECT_EQ(std::memcmp(ha.data(), hb.data(), ha.size() * sizeof(__nv_bfloat16)), 0) << "step " << s << ": BF16 copies differ";
+      std::vector<float> fa(static_cast<std::size_t>(n)), sa(static_cast<std::size_t>(n)), fb(static_cast<std::size_t>(n)), sb(static_cast<std::size_t>(n));
+      a.download_state(fa, sa);
+      b.download_state(fb, sb);
+      EXPECT_EQ(std::memcmp(fa.data(), fb.data(), fa.size() * sizeof(float)), 0) << "step " << s << ": first moments differ";
+      EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)), 0) << "step " << s << ": second moments differ";
+      EXPECT_EQ(dev_a.get_grads(), g) << "step " << s << ": without zero_grads the gradients are read only";
+      const auto gb = dev_b.get_grads();
+      EXPECT_EQ(std::count(gb.begin(), gb.end(), 0.0f), std::ptrdiff_t(gb.size())) << "step " << s << ": zero_grads left gradients";
+      EXPECT_TRUE(dev_a.guards_intact() && dev_b.guards_intact());
+    }
+  }
+  // Parts must cover [0, n) in order.
+  Stream stream;
+  Blas blas(stream.get());
+  EXPECT_THROW(CudaOptimizer(OptimizerConfig{}, tensors, blas, nullptr, 0, {{0, 10}, {11, n}}), std::invalid_argument);
+  EXPECT_THROW(CudaOptimizer(OptimizerConfig{}, tensors, blas, nullptr, 0, {{0, 10}, {10, n - 1}}), std::invalid_argument);
 }
 
 // to_bf16 rounds like the CPU's bf16::from_float (nearest even), ties, subnormals and overflow included.

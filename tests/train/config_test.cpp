@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "stableflash/attention/option_text.hpp"
 #include "stableflash/train/config.hpp"
@@ -118,6 +119,17 @@ TEST(TrainConfig, JsonRoundTripIsExactAndMismatchesAreListed) {
   TrainConfig more_steps = back;
   more_steps.train.steps = 1000;
   EXPECT_TRUE(resume_mismatches(c, more_steps).empty());
+  // The optimizer's overlap changes no bit: it may change on resume, and the config.json of a
+  // checkpoint written before the key existed reads with its default.
+  TrainConfig sequential = back;
+  EXPECT_TRUE(back.train.overlap_optimizer);
+  apply_assignment(sequential, "train.overlap_optimizer=false");
+  EXPECT_FALSE(sequential.train.overlap_optimizer);
+  EXPECT_TRUE(resume_mismatches(c, sequential).empty());
+  auto without = nlohmann::json::parse(to_json(c));
+  ASSERT_TRUE(without["train"].contains("overlap_optimizer"));
+  without["train"].erase("overlap_optimizer");
+  EXPECT_TRUE(resume_mismatches(from_json(without.dump(), "old checkpoint"), sequential).empty());
   TrainConfig other = back;
   apply_assignment(other, "model.n_layer=6");
   apply_assignment(other, "attention.layer.1.delta_source=exact");

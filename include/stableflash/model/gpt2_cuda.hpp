@@ -79,10 +79,11 @@ class Gpt2Cuda {
   using GradientReady = std::function<void(std::int64_t offset, std::int64_t count)>;
   void set_gradient_ready(GradientReady hook);
   // Called during every forward, in stream order, before the first kernel that reads a range of
-  // params()/params_bf16(): the embeddings and layer 0 first, then at the end of each layer the
-  // next layer's range (before the LayerNorm that reads it first), after the last ln_f's. The calls
-  // cover every parameter. ZeRO-1 makes the stream wait there for that range's all-gather, so the
-  // gather overlaps the forward. Empty: no calls.
+  // params()/params_bf16(): the embeddings (wte, wpe) before the encoder, then layer 0's range,
+  // then at the end of each layer the next layer's range (before the LayerNorm that reads it
+  // first), after the last ln_f's. The calls cover every parameter, in ascending order. ZeRO-1
+  // makes the stream wait there for that range's all-gather, the one-GPU trainer for that range's
+  // update on the optimizer's stream, so either overlaps the forward. Empty: no calls.
   using ParametersNeeded = GradientReady;
   void set_parameters_needed(ParametersNeeded hook);
 

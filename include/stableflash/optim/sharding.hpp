@@ -79,6 +79,18 @@ class ShardPlan {
   std::vector<GradientBucket> buckets_;
 };
 
+// Indices [first, last) of the ranges of `ascending` (sorted, non-overlapping) that intersect `r`
+// (empty r: first == last).
+std::pair<int, int> ranges_touching(const std::vector<FlatRange>& ascending, FlatRange r);
+
+// The parts of a GPT-2 flat parameter vector in the order its forward reads them, as the CUDA
+// model's parameters-needed hook announces them: the embeddings [0, layer 0) (wte, wpe), each
+// layer [h.l.ln_1.weight, h.(l+1).ln_1.weight), then the rest [ln_f.weight, total) (ln_f):
+// ascending and contiguous over [0, total). What the one-GPU trainer updates part by part while
+// the next forward starts (train.overlap_optimizer). Throws std::logic_error for a layout in
+// another order.
+std::vector<FlatRange> forward_order_parts(const std::vector<model::ParamTensor>& tensors);
+
 // Optimizer state between a full flat vector (a checkpoint's layout) and rank `rank`'s compact
 // shard (plan.owned(rank) concatenated). Errors name the rank and the sizes.
 void take_shard(const ShardPlan& plan, int rank, std::span<const float> full, std::span<float> shard);

@@ -31,13 +31,21 @@ struct BenchTrainResult {
   double mfu = 0;                   // model FLOP/s over 989 TFLOP/s (H100/H200 dense BF16)
   double last_loss = 0;
   // Where a step's time goes (medians over the timed steps, each part timed alone after a
-  // synchronization, so they add up to slightly more than ms_per_step): forward of one micro-batch,
-  // forward + backward of one, and the gradient norm + optimizer update.
+  // synchronization, so they add up to more than ms_per_step): forward of one micro-batch,
+  // forward + backward of one (the host's staging of the batch included), and the gradient norm +
+  // optimizer update.
   double forward_ms = 0, forward_backward_ms = 0, optimizer_ms = 0;
+  // train.overlap_optimizer on a GPU (not ZeRO-1): the update runs on a second stream beside the
+  // next forward, so a step holds only part of optimizer_ms: optimizer_wait_ms, how long the
+  // forward's compute stream stood waiting for it per step (timed by CUDA events around its waits
+  // over the timed steps: the gradient norm, the embeddings' update, any layer the forward caught
+  // up with). 0 when not overlapped.
+  bool optimizer_overlapped = false;
+  double optimizer_wait_ms = 0;
   // Data parallel: how long this rank's compute stream stood waiting for communication per step
   // (the last gradient reduction after the backward, the parameters' all-gather before the
   // forward reads them; timed by CUDA events over the timed steps), and its share of the step
-  // time. 0 for one process. The host's scalar syncs (loss, gradient norm) are not counted: one
+  // time. 0 for one process. The host's scalar syncs (the loss; ZeRO-1 also the norm) are not counted: one
   // GPU has them too.
   double communication_wait_ms = 0, communication_wait_share = 0;
   // Per rank, in rank order (one value for one process).

@@ -38,6 +38,11 @@ struct TrainSettings {
   // replay. Off by default: it costs about 14% of a GPT-2 124M step (docs/benchmarks.md). The CPU
   // path is always deterministic.
   bool deterministic = false;
+  // GPU, one process or all-reduce data parallelism (not ZeRO-1): the optimizer step runs on a
+  // second stream while the next step's forward starts, layer by layer in the order the forward
+  // reads the weights. Changes no bit of the results (tested); off: the same kernels one after the
+  // other on one stream.
+  bool overlap_optimizer = true;
   // Every N steps the probes run (train/probes.hpp): spectral norms of every weight matrix and of
   // each head's W_Q, W_K, W_V, W_O, and the attention statistics; 0: never.
   std::int64_t probe_every = 100;

@@ -1,0 +1,176 @@
+// The optimizer step overlapped with the next forward (train.overlap_optimizer, the default on a
+// GPU; ctest label `gpu`, skipped without a GPU). The update runs on a second stream, part by
+// part in the order the forward reads the weights, and the forward waits per layer; the clipping
+// factor is computed and read on the device; the update zeroes the gradients as it reads them.
+// None of that may change a bit: with the deterministic attention backward, an overlapped run
+// equals a sequential one (the same kernels on one stream) in every loss, gradient norm,
+// validation loss and probe, and in the final weights and optimizer state; with validation,
+// checkpoints and probes on (which read the weights while an update may still be running) and
+// gradient accumulation, for AdamW and Muon, clipped and not. Checkpoints resume across the two.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "require_gpu.hpp"
+#include "stableflash/data/safetensors.hpp"
+#include "stableflash/train/bench.hpp"
+#include "stableflash/train/checkpoint.hpp"
+#include "stableflash/train/trainer.hpp"
+#include "test_files.hpp"
+#include "train_test_util.hpp"
+
+namespace stableflash::train {
+namespace {
+
+namespace fs = std::filesystem;
+using stableflash::testing::ScratchDir;
+
+std::vector<StepMetrics> train_on_gpu(const TrainConfig& c, const std::string& run_dir, bool resume = false) {
+  TrainOptions o;
+  o.run_dir = run_dir, o.resume = resume, o.progress = false;
+  o.device = TrainDevice::cuda;
+  return run_training(c, o).steps;
+}
+
+TrainConfig config(const std::string& data_dir) {
+  TrainConfig c = stableflash::testing::small_config(data_dir);
+  c.model.n_layer = 3, c.model.n_head = 2, c.model.n_embd = 128, c.model.block_size = 64;  // head dim 64: the flash kernels
+  c.train.batch_size = 4, c.train.seq_len = 64, c.train.grad_accum = 2;
+  c.train.steps = 8, c.train.val_every = 2, c.train.val_batches = 2, c.train.checkpoint_every = 3, c.train.probe_every = 1;
+  c.train.deterministic = true;
+  c.optim.lr = 3e-3, c.optim.warmup_steps = 2, c.optim.decay_steps = 40;
+  return c;
+}
+
+void expect_same_steps(const std::vector<StepMetrics>& a, const std::vector<StepMetrics>& b, std::size_t first = 0) {
+  ASSERT_EQ(b.size() + first, a.size());
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    const StepMetrics &x = a[first + i], &y = b[i];
+    EXPECT_EQ(x.loss, y.loss) << "step " << x.step;
+    EXPECT_EQ(x.grad_norm, y.grad_norm) << "step " << x.step;
+    ASSERT_EQ(x.val_loss.has_value(), y.val_loss.has_value()) << "step " << x.step;
+    if (x.val_loss) {
+      EXPECT_EQ(*x.val_loss, *y.val_loss) << "validation after step " << x.step;
+    }
+    EXPECT_EQ(x.wq_sigma, y.wq_sigma) << "W_Q probe after step " << x.step;
+  }
+}
+
+// The final checkpoints' weights and optimizer state, bit for bit.
+void expect_same_checkpoint(const std::string& run_a, const std::string& run_b) {
+  for (const char* file : {"/model.safetensors", "/optimizer.safetensors"}) {
+    const auto a = data::SafetensorsFile::read(latest_checkpoint(run_a) + file);
+    const auto b = data::SafetensorsFile::read(latest_checkpoint(run_b) + file);
+    ASSERT_EQ(a.tensors.size(), b.tensors.size()) << file;
+    for (const auto& [name, t] : a.tensors) {
+      const auto* other = b.find(name);
+      ASSERT_NE(other, nullptr) << file << ": " << name;
+      const auto x = t.as<float>(), y = other->as<float>();
+      ASSERT_EQ(x.size(), y.size()) << name;
+      EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float))) << file << ": " << name;
+    }
+  }
+}
+
+class OverlapGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(dir.file("data"));
+    stableflash::testing::write_test_shards(dir.file("data"));
+  }
+  ScratchDir dir;
+};
+
+TEST_F(OverlapGpu, OverlappedOptimizerIsBitwiseTheSequentialOne) {
+  SF_REQUIRE_GPU();
+  struct Case {
+    const char* name;
+    optim::OptimizerKind kind;
+    double clip;
+  };
+  // A clip of 0.01 clips every step (these norms are far above it); 0 never clips.
+  for (const Case& k : {Case{"adamw_clipped", optim::OptimizerKind::adamw, 0.01}, Case{"adamw_unclipped", optim::OptimizerKind::adamw, 0.0},
+                        Case{"muon_clipped", optim::OptimizerKind::muon, 0.01}}) {
+    SCOPED_TRACE(k.name);
+    TrainConfig c = config(dir.file("data"));
+    c.optim.kind = k.kind, c.optim.grad_clip = k.clip;
+    TrainConfig sequential = c;
+    sequential.train.overlap_optimizer = false;
+    const std::string a = dir.file(std::string(k.name) + "_overlapped"), b = dir.file(std::string(k.name) + "_sequential");
+    const auto overlapped = train_on_gpu(c, a);
+    const auto plain = train_on_gpu(sequential, b);
+    expect_same_steps(overlapped, plain);
+    expect_same_checkpoint(a, b);
+    EXPECT_LT(overlapped.back().loss, overlapped.front().loss);  // it learns: not two flat lines agreeing
+    if (k.clip > 0) {
+      for (const auto& m : overlapped) EXPECT_GT(m.grad_norm, k.clip) << "step " << m.step << ": meant to clip";
+    }
+  }
+}
+
+// A checkpoint of either mode resumes in the other and continues bit for bit (losses, norms,
+// validation, final weights and optimizer state).
+TEST_F(OverlapGpu, CheckpointsResumeAcrossTheModesBitwise) {
+  SF_REQUIRE_GPU();
+  TrainConfig c = config(dir.file("data"));
+  c.train.checkpoint_every = 4;
+  c.train.probe_every = 0;  // a resumed W_Q probe starts its power iteration cold: not comparable
+  const auto whole = train_on_gpu(c, dir.file("whole"));
+  for (const bool first_overlapped : {true, false}) {
+    const std::string run = dir.file(first_overlapped ? "overlapped_first" : "sequential_first");
+    TrainConfig first = c;
+    first.train.steps = 4, first.train.overlap_optimizer = first_overlapped;
+    train_on_gpu(first, run);
+    TrainConfig rest = c;
+    rest.train.overlap_optimizer = !first_overlapped;
+    const auto resumed = train_on_gpu(rest, run, /*resume=*/true);
+    ASSERT_EQ(resumed.size(), 4u);
+    expect_same_steps(whole, resumed, 4);
+    expect_same_checkpoint(dir.file("whole"), run);
+  }
+}
+
+// A loss or gradient norm that is not finite still stops the run naming the step, with the last
+// checkpoint intact (the update queued before the norm is read changes nothing).
+TEST_F(OverlapGpu, NonFiniteLossStillStopsWithTheCheckpointIntact) {
+  SF_REQUIRE_GPU();
+  TrainConfig c = config(dir.file("data"));
+  c.optim.lr = 1e30, c.optim.warmup_steps = 0, c.train.checkpoint_every = 1, c.train.val_every = 0, c.train.probe_every = 0;
+  try {
+    train_on_gpu(c, dir.file("run"));
+    FAIL() << "expected the run to stop";
+  } catch (const NonFiniteLoss& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("stopped before updating the weights"), std::string::npos) << msg;
+  }
+  const Checkpoint ckpt = open_checkpoint(latest_checkpoint(dir.file("run")));  // intact and verifiable
+  EXPECT_GE(ckpt.state.step, 1);
+}
+
+// The benchmark's own sequence (steps, parts timed alone, probes) runs overlapped, reports the
+// overlap and the forward's wait for it, and with the deterministic backward ends at the bits of
+// the sequential run.
+TEST_F(OverlapGpu, BenchReportsTheOverlapAndKeepsTheBits) {
+  SF_REQUIRE_GPU();
+  TrainConfig c = preset("tiny");
+  c.train.deterministic = true;
+  BenchTrainOptions o;
+  o.device = TrainDevice::cuda;
+  o.warmup_steps = 2, o.steps = 10;
+  const BenchTrainResult overlapped = bench_training(c, o);
+  c.train.overlap_optimizer = false;
+  const BenchTrainResult plain = bench_training(c, o);
+  EXPECT_TRUE(overlapped.optimizer_overlapped);
+  EXPECT_FALSE(plain.optimizer_overlapped);
+  EXPECT_GE(overlapped.optimizer_wait_ms, 0.0);
+  EXPECT_EQ(plain.optimizer_wait_ms, 0.0);
+  EXPECT_GT(overlapped.optimizer_ms, 0.0);
+  EXPECT_EQ(overlapped.last_loss, plain.last_loss);
+}
+
+}  // namespace
+}  // namespace stableflash::train
