@@ -155,6 +155,22 @@ def outputs_are_dense_in_the_layout_closest_to_their_inputs():
     assert o.transpose(1, 2).reshape(b, t, h * d).data_ptr() == o.data_ptr(), "nanoGPT's reshape would copy o"
 
 
+@test
+def backward_fills_no_zero_gradients():
+    # lse and o_residual are outputs of the forward op that no caller differentiates: autograd must
+    # not materialise zero gradients for them before each backward (on the GPU a memset of o's size
+    # per call, issue 14), and they do not require grad
+    q, k, v = (randn(1, 2, 16, 64).requires_grad_() for _ in range(3))
+    o, lse, res = torch.ops.stableflash.attention_forward(q, k, v, True, 0.0, "delta_source=compensated")
+    assert o.requires_grad and not lse.requires_grad and not res.requires_grad
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.autograd.grad(o, (q, k, v), randn(1, 2, 16, 64))
+    ops = {e.name for e in prof.events()}
+    assert "stableflash::attention_backward" in ops, sorted(ops)
+    filled = ops & {"aten::zeros", "aten::zeros_like", "aten::zero_", "aten::fill_"}
+    assert not filled, f"the backward filled zero gradients: {sorted(filled)}"
+
+
 # ---------------------------------------------------------------------------------------------
 # The alignment rule against the C++ check. Each case perturbs one tensor of an otherwise aligned
 # call; the Python rule (every tensor rows_aligned with its table entry) and the C ABI's check with

@@ -126,11 +126,17 @@ def _setup_context(ctx, inputs, output):
     o, lse, res = output
     ctx.save_for_backward(q, k, v, o, lse, res)
     ctx.causal, ctx.scale, ctx.options = causal, scale, options
+    # lse and o_residual are saved state: no gradient flows into them, and autograd must not fill
+    # zeros for their (absent) gradients before each backward (a memset of o's size on the GPU)
+    ctx.mark_non_differentiable(lse, res)
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, d_o, _d_lse, _d_res):
     # lse and o_residual are saved state, not results a caller differentiates (the public function
     # returns o only), so their incoming gradients are ignored.
+    if d_o is None:  # o took no part in what is differentiated (set_materialize_grads(False))
+        return None, None, None, None, None, None
     q, k, v, o, lse, res = ctx.saved_tensors
     dq, dk, dv = attention_backward(d_o, q, k, v, o, lse, res, ctx.causal, ctx.scale, ctx.options)
     return dq, dk, dv, None, None, None
