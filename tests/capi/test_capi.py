@@ -100,7 +100,7 @@ def bad_tensors_raise_naming_the_argument():
                                        None, dense(q, h, t, d), dense(k, h, t, d), dense(v, h, t, d), dense(o, h, t, d),
                                        ctypes.addressof(lse), bthd_res))
     expect_error(ValueError, "kv_heads", lambda: call(dense(k, h, t, d), _capi.Shape(b, h, 3, t, t, d)))
-    null = _capi.Tensor(None, 0, 0, 0)
+    null = _capi.Tensor(0, 0, 0, 0)
     expect_error(ValueError, "k: required, got NULL", lambda: call(null))
 
 

@@ -20,7 +20,11 @@ except ImportError:
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python_gpu"))
 from arrangements import ARRANGEMENTS, nanogpt, odd_offsets, wide_rows  # noqa: E402
+from routes import count_dispatches  # noqa: E402
 from runner import Skip, main, test  # noqa: E402
+
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from stableflash import _capi  # noqa: E402
 from stableflash.torch import _layout, _ops, attention  # noqa: E402
@@ -116,11 +120,11 @@ def views_reach_the_library_without_copies():
     forward, backward = _capi.forward, _capi.backward
 
     def spy_forward(shape, opts, stream, q_, k_, v_, o_, lse_ptr, res_):
-        seen["forward"] = [x.data for x in (q_, k_, v_)]
+        seen["forward"] = [x[0] for x in (q_, k_, v_)]
         return forward(shape, opts, stream, q_, k_, v_, o_, lse_ptr, res_)
 
     def spy_backward(shape, opts, stream, q_, k_, v_, o_, lse_ptr, res_, do_, dq_, dk_, dv_):
-        seen["backward"] = [x.data for x in (q_, k_, v_, do_)]
+        seen["backward"] = [x[0] for x in (q_, k_, v_, do_)]
         return backward(shape, opts, stream, q_, k_, v_, o_, lse_ptr, res_, do_, dq_, dk_, dv_)
 
     _capi.forward, _capi.backward = spy_forward, spy_backward
@@ -169,6 +173,86 @@ def backward_fills_no_zero_gradients():
     assert "stableflash::attention_backward" in ops, sorted(ops)
     filled = ops & {"aten::zeros", "aten::zeros_like", "aten::zero_", "aten::fill_"}
     assert not filled, f"the backward filled zero gradients: {sorted(filled)}"
+
+
+class _OpNames(TorchDispatchMode):
+    """Records the operators dispatched while it is active."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+@test
+def eager_calls_skip_the_dispatcher_only_where_nothing_intercepts():
+    # stableflash.torch.attention calls the kernels directly in plain eager mode (_ops._plain) and the
+    # op through the dispatcher wherever something could intercept it (issue 14): both routes give
+    # the same bits, and modes, subclasses, transforms and the profiler see the op
+    q, k, v, d_o = (randn(2, 3, 24, 64) for _ in range(4))
+    want, _, _ = run(q, k, v, d_o, causal=True)
+    xs = [x.detach().requires_grad_() for x in (q, k, v)]
+    o = torch.ops.stableflash.attention_forward(*xs, True, 0.0, attention_text())[0]
+    for what, g, w in zip(("o", "dq", "dk", "dv"), [o.detach()] + list(torch.autograd.grad(o, xs, d_o)), want):
+        bitwise(f"the dispatcher's route: {what}", g, w)
+    assert _ops._plain(q, k, v)
+    assert not _ops._plain(q, torch.nn.Parameter(k), v)  # a subclass
+    with count_dispatches() as counts:
+        run(q, k, v, d_o, causal=True)
+        with torch.inference_mode():
+            assert _ops._plain(q, k, v)
+            assert torch.equal(attention(q, k, v, causal=True), want[0])
+    assert counts == {"forward": 0, "backward": 0}, f"plain eager calls went through the dispatcher: {counts}"
+    with _OpNames() as mode, count_dispatches() as counts:
+        assert not _ops._plain(q, k, v)
+        got, _, _ = run(q, k, v, d_o, causal=True)
+    assert counts == {"forward": 1, "backward": 1}, counts
+    assert "stableflash.attention_forward" in mode.names and "stableflash.attention_backward" in mode.names, mode.names
+    for what, g, w in zip(("o", "dq", "dk", "dv"), got, want):
+        bitwise(f"under a TorchDispatchMode: {what}", g, w)
+    with torch.overrides.TorchFunctionMode():
+        assert not _ops._plain(q, k, v)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        assert not _ops._plain(q, k, v)
+        run(q, k, v, d_o, causal=True)
+    names = {e.name for e in prof.events()}
+    assert {"stableflash::attention_forward", "stableflash::attention_backward"} <= names, sorted(names)
+    seen = []
+    torch.func.vmap(lambda x: (seen.append(_ops._plain(x, x, x)), x)[1])(q)
+    assert seen == [False], "functorch's vmap looked plain"
+    views = nanogpt(q, k, v)
+    with FakeTensorMode() as fake_mode:
+        fq, fk, fv = (fake_mode.from_tensor(x) for x in views)
+        assert not _ops._plain(fq, fk, fv)
+        fo = attention(fq, fk, fv, causal=True)
+    assert fo.shape == q.shape and fo.stride() == attention(*views, causal=True).stride()
+
+
+def attention_text():
+    """The options string attention() sends with its defaults."""
+    from stableflash.torch import _text, DEFAULTS
+    return _text(DEFAULTS["numerics"], DEFAULTS["policy"], DEFAULTS["delta_source"], False, None)
+
+
+@test
+def double_backward_raises_and_create_graph_runs():
+    q, k, v, d_o = (randn(1, 2, 16, 64) for _ in range(4))
+    want, _, _ = run(q, k, v, d_o, causal=True)
+    xs = [x.detach().requires_grad_() for x in (q, k, v)]
+    o = attention(*xs, causal=True)
+    grads = torch.autograd.grad(o, xs, d_o, create_graph=True)  # first order with a graph: runs
+    for what, g, w in zip(("dq", "dk", "dv"), grads, want[1:]):
+        bitwise(f"create_graph {what}", g.detach(), w)
+    assert grads[0].requires_grad
+    try:
+        torch.autograd.grad(grads[0].sum(), xs)
+    except RuntimeError as e:
+        assert "double backward" in str(e), str(e)
+    else:
+        raise AssertionError("differentiating the gradients did not raise")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import tempfile
 import torch
 
 from stableflash import _capi
+import stableflash.torch as sft
 from stableflash.torch import DEFAULTS, _ops, attention
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,7 +51,8 @@ def time_op(per_call_ms, q, k, v, do, causal):
 
 
 def time_c_abi(per_call_ms, q, k, v, do, causal):
-    opts = _ops.parse_options(f"numerics=fused;policy={POLICY};delta_source={DELTA}", causal, 0.0, "cuda")
+    # the options string the op sends for these arguments, parsed as the op parses it
+    opts = _ops.parse_options(sft._text(DEFAULTS["numerics"], POLICY, DELTA, False, None), causal, 0.0, "cuda")
     o, lse, res = (torch.empty_like(q), torch.empty(q.shape[:3], device="cuda"), torch.empty_like(q))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     t = {n: _ops._tensor(x) for n, x in dict(q=q, k=k, v=v, o=o, res=res, do=do, dq=dq, dk=dk, dv=dv).items()}

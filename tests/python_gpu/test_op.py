@@ -28,6 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from arrangements import ALIGNED, ARRANGEMENTS  # noqa: E402
+from routes import count_dispatches  # noqa: E402
 from runner import Skip, main, quick, quick_mode, test  # noqa: E402
 
 import stableflash.torch as sft  # noqa: E402
@@ -227,11 +228,11 @@ def aligned_views_reach_the_kernels_without_copies():
     forward, backward = _capi.forward, _capi.backward
 
     def spy_forward(shape, opts, stream, q, k, v, o, lse, res):
-        seen["forward"] = [x.data for x in (q, k, v)]
+        seen["forward"] = [x[0] for x in (q, k, v)]
         return forward(shape, opts, stream, q, k, v, o, lse, res)
 
     def spy_backward(shape, opts, stream, q, k, v, o, lse, res, d_o, dq, dk, dv):
-        seen["backward"] = [x.data for x in (q, k, v)]
+        seen["backward"] = [x[0] for x in (q, k, v)]
         return backward(shape, opts, stream, q, k, v, o, lse, res, d_o, dq, dk, dv)
 
     _capi.forward, _capi.backward = spy_forward, spy_backward
@@ -373,6 +374,28 @@ def errors_name_the_argument():
             assert text in str(e), f"message {str(e)!r} lacks {text!r}"
             continue
         raise AssertionError(f"no ValueError containing {text!r}")
+
+
+@test
+@quick
+def plain_eager_calls_skip_the_dispatcher():
+    # issue 14: in plain eager mode the kernels are called directly, forward and backward (the
+    # backward on autograd's device thread); the dispatcher's route gives the same bits
+    q, k, v, d_o = (randn((2, 3, 256, 64), s) for s in (50, 51, 52, 53))
+    out = []
+    for route in ("direct", "dispatcher"):
+        xs = [x.detach().requires_grad_() for x in (q, k, v)]
+        with count_dispatches() as counts:
+            if route == "direct":
+                o = attention(*xs, causal=True, deterministic=True)
+            else:
+                text = sft._text(sft.DEFAULTS["numerics"], sft.DEFAULTS["policy"], sft.DEFAULTS["delta_source"], True, None)
+                o = torch.ops.stableflash.attention_forward(*xs, True, 0.0, text)[0]
+            out.append([o.detach()] + list(torch.autograd.grad(o, xs, d_o)))
+        if route == "direct":
+            assert counts == {"forward": 0, "backward": 0}, f"plain eager calls went through the dispatcher: {counts}"
+    for what, a, b in zip(("o", "dq", "dk", "dv"), *out):
+        assert torch.equal(a, b), f"{what}: the direct route and the dispatcher's differ"
 
 
 @test

@@ -21,6 +21,21 @@ _OTHER_DEFAULTS = tuple((k, v) for k, v in DEFAULTS.items() if k not in ("numeri
 
 
 def _check(q, k, v, layout):
+    # the common case in one expression (this runs per call); the messages below only on a failure
+    bf16, tensor = torch.bfloat16, torch.Tensor
+    if (isinstance(q, tensor) and isinstance(k, tensor) and isinstance(v, tensor) and q.dim() == 4 and k.dim() == 4
+            and v.dim() == 4 and q.dtype is bf16 and k.dtype is bf16 and v.dtype is bf16 and q.stride(-1) == 1
+            and k.stride(-1) == 1 and v.stride(-1) == 1 and (layout == "bhtd" or layout == "bthd")):
+        qs, ks = q.shape, k.shape
+        h = 1 if layout == "bhtd" else 2
+        if (ks == v.shape and ks[0] == qs[0] and ks[3] == qs[3] and ks[h] >= 1 and qs[h] % ks[h] == 0
+                and k.device == q.device and v.device == q.device):
+            return
+    _explain(q, k, v, layout)
+
+
+def _explain(q, k, v, layout):
+    """Raises the error that names what _check refused."""
     if layout not in ("bhtd", "bthd"):
         raise ValueError(f"stableflash attention: layout = {layout!r}: expected 'bhtd' ([B, H, T, D], SDPA's order) "
                          "or 'bthd' ([B, T, H, D])")
@@ -48,6 +63,35 @@ def _check(q, k, v, layout):
     if k.shape[h] < 1 or q.shape[h] % k.shape[h] != 0:
         raise ValueError(f"stableflash attention: k has {k.shape[h]} heads, q {q.shape[h]} ({layout}): expected k's "
                          "heads to divide q's (grouped-query attention)")
+    raise AssertionError("stableflash attention: _check refused what _explain accepts")  # the two disagree
+
+
+def _options_text(numerics, policy, delta_source, deterministic, options):
+    """The op's options string: the knobs, the other recommended settings, then `options` (the parser
+    applies them in order, so these override)."""
+    pairs = [("numerics", numerics), ("policy", policy), ("delta_source", delta_source), *_OTHER_DEFAULTS,
+             ("deterministic", "true" if deterministic else "false")]
+    for key, value in sorted((options or {}).items()):
+        if any(c in f"{key}{value}" for c in ";="):
+            raise ValueError(f"stableflash attention: options {{{key!r}: {value!r}}}: expected a setting name and "
+                             "value without ';' or '='")
+        pairs.append((str(key), str(value)))
+    return ";".join(f"{key}={value}" for key, value in pairs)
+
+
+_TEXTS = {}  # (numerics, policy, delta_source, deterministic) -> the options string of a call without `options`
+
+
+def _text(numerics, policy, delta_source, deterministic, options):
+    if options or torch.compiler.is_compiling():  # Dynamo traces the string's making (a constant)
+        return _options_text(numerics, policy, delta_source, deterministic, options)
+    key = (numerics, policy, delta_source, deterministic)
+    text = _TEXTS.get(key)
+    if text is None:
+        text = _options_text(numerics, policy, delta_source, deterministic, None)
+        if len(_TEXTS) < 64:
+            _TEXTS[key] = text
+    return text
 
 
 def attention(q, k, v, causal=False, scale=None, policy=DEFAULTS["policy"], delta_source=DEFAULTS["delta_source"],
@@ -74,15 +118,11 @@ def attention(q, k, v, causal=False, scale=None, policy=DEFAULTS["policy"], delt
     # qkv projection run without copies); the op itself copies only a view whose rows the CUDA kernels
     # cannot address (_layout.for_kernels): inside the op, so that torch.compile never traces the
     # storage offset it reads.
-    pairs = [("numerics", numerics), ("policy", policy), ("delta_source", delta_source), *_OTHER_DEFAULTS,
-             ("deterministic", "true" if deterministic else "false")]
-    for key, value in sorted((options or {}).items()):
-        if any(c in f"{key}{value}" for c in ";="):
-            raise ValueError(f"stableflash attention: options {{{key!r}: {value!r}}}: expected a setting name and "
-                             "value without ';' or '='")
-        pairs.append((str(key), str(value)))  # after the rest: the parser applies them in order
-    if scale is not None and not (math.isfinite(scale) and scale != 0):
+    text = _text(numerics, policy, delta_source, bool(deterministic), options)
+    if scale is None:
+        scale = 0.0
+    elif not (math.isfinite(scale) and scale != 0):
         raise ValueError(f"stableflash attention: scale = {scale}: expected a finite non-zero number (None: 1/sqrt(D))")
-    text = ";".join(f"{key}={value}" for key, value in pairs)
-    o = torch.ops.stableflash.attention_forward(q, k, v, bool(causal), 0.0 if scale is None else float(scale), text)[0]
+    # torch.ops.stableflash.attention_forward(...)[0]; in plain eager mode without the dispatcher's round trip
+    o = _ops.forward(q, k, v, bool(causal), float(scale), text)
     return o.transpose(1, 2) if layout == "bthd" else o

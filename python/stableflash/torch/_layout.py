@@ -32,15 +32,28 @@ def rows_aligned(x, align):
     return all(shape[i] == 1 or (stride[i] >= 0 and stride[i] % elems == 0) for i in range(3))
 
 
+def _dense(shape, stride, dims):
+    """Whether a tensor is dense with `dims` ordered outermost first, as is_contiguous decides for
+    the permuted tensor (strides of extent-1 dimensions are ignored)."""
+    expected = 1
+    for i in reversed(dims):
+        if shape[i] != 1:
+            if stride[i] != expected:
+                return False
+            expected *= shape[i]
+    return True
+
+
 def order(x):
     """The dense layout closest to x: 'bhtd' or 'bthd' when x is dense in it (bhtd first), else
     'bthd' when its token stride exceeds its head stride (the views of a fused qkv projection,
     [B, T, 3, H, D]), else 'bhtd'."""
     if x.is_contiguous():
         return "bhtd"
-    if x.transpose(1, 2).is_contiguous():
+    shape, stride = x.shape, x.stride()
+    if _dense(shape, stride, (0, 2, 1, 3)):
         return "bthd"
-    return "bthd" if x.stride(2) > x.stride(1) else "bhtd"
+    return "bthd" if stride[2] > stride[1] else "bhtd"
 
 
 def dense_copy(x, layout):
@@ -61,9 +74,9 @@ def for_kernels(x, align):
     return dense_copy(x, order(x))
 
 
-def empty(shape, layout, dtype, device):
-    """An uninitialised [B, H, T, D] tensor dense in `layout`, from PyTorch's caching allocator."""
-    b, h, t, d = shape
-    if layout == "bhtd":
-        return torch.empty((b, h, t, d), dtype=dtype, device=device)
-    return torch.empty((b, t, h, d), dtype=dtype, device=device).transpose(1, 2)
+def empty(x, layout):
+    """An uninitialised tensor of x's shape [B, H, T, D], dtype and device, dense in `layout`, from
+    PyTorch's caching allocator (the strides of torch.empty in that order: bthd is
+    torch.empty((B, T, H, D)).transpose(1, 2))."""
+    b, h, t, d = x.shape
+    return x.new_empty_strided((b, h, t, d), (h * t * d, t * d, d, 1) if layout == "bhtd" else (t * h * d, d, h * d, 1))
