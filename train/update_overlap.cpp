@@ -2,7 +2,6 @@
 #include "update_overlap.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -13,18 +12,13 @@ namespace stableflash::train {
 using model::cuda::check_cuda;
 
 UpdateOverlap::UpdateOverlap(std::vector<optim::FlatRange> parts, cudaStream_t compute) : parts_(std::move(parts)), compute_(compute) {
-  int least = 0, greatest = 0;
+  int least = 0, greatest = 0;  // least is the largest number
   check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
   // The lowest priority, below the compute stream's: the update's blocks take what the forward
   // leaves (wave tails, gaps between kernels, room beside attention CTAs), and where the forward
-  // reaches a part that is not done it waits while the update runs alone. `high` (an experiment:
-  // STABLEFLASH_OPTIMIZER_PRIORITY=high) gives the update the SMs first instead.
-  const char* asked = std::getenv("STABLEFLASH_OPTIMIZER_PRIORITY");
-  const bool high = asked && std::string(asked) == "high";
-  if (asked && !high && std::string(asked) != "low")
-    throw std::invalid_argument(std::string("STABLEFLASH_OPTIMIZER_PRIORITY must be low or high, not ") + asked);
-  check_cuda(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, high ? greatest : least),
-             "cudaStreamCreateWithPriority (optimizer)");
+  // reaches a part that is not done it waits while the update runs alone. (The highest priority
+  // measured the same on the H200: 32.25 against 32.20 ms per step, docs/benchmarks.md.)
+  check_cuda(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, least), "cudaStreamCreateWithPriority (optimizer)");
   check_cuda(cudaEventCreateWithFlags(&computed_, cudaEventDisableTiming), "cudaEventCreate");
   updated_.resize(parts_.size());
   pending_.assign(parts_.size(), false);

@@ -13,7 +13,7 @@
 // Anything else that reads or writes the parameters (checkpoints, probes, set_params) first waits
 // for every part (wait_for_all_parameters). The optimizer's stream has the device's lowest priority,
 // below the compute stream's: the update fills what the forward leaves of the GPU, and runs alone
-// where the forward waits for it (STABLEFLASH_OPTIMIZER_PRIORITY=high, an experiment, reverses it).
+// where the forward waits for it.
 //
 // The update's arithmetic is unchanged (the same kernels and sums in the same order, only on
 // another stream), so an overlapped run has the bits of one that updates on the compute stream.

@@ -54,6 +54,19 @@ void* workspace_alloc(std::size_t bytes, cudaStream_t stream) {
 }
 void workspace_free(void* p, cudaStream_t stream) { check_cuda(cudaFreeAsync(p, stream), "cudaFreeAsync"); }
 
+// The driver call of tensor_map needs a current context, and the runtime makes its primary
+// context current on a thread only at that thread's first runtime call. A thread that has made
+// none (PyTorch's autograd worker threads, which run the backward) would get
+// CUDA_ERROR_INVALID_CONTEXT: cudaSetDevice on the thread's own device binds it, once per thread.
+void bind_context_to_this_thread() {
+  thread_local bool bound = false;
+  if (bound) return;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  bound = true;
+}
+
 // A bulk-tensor-copy map of a BF16 [B, heads, len, D] tensor with any strides (check_tensor's
 // 16-byte rule) as the 4-d tensor (D, T, H, B) in boxes of 64 x 64, 128-byte swizzled (tma.cuh);
 // rows past T read as zeros.
@@ -69,6 +82,7 @@ CUtensorMap tensor_map(const char* field, const void* base, const AttentionShape
     if (found != cudaDriverEntryPointSuccess || !fn) throw std::runtime_error("CUDA driver lacks cuTensorMapEncodeTiled");
     return reinterpret_cast<Encode>(fn);
   }();
+  bind_context_to_this_thread();
   CUtensorMap map{};
   const cuuint64_t dims[4] = {cuuint64_t(s.head_dim), cuuint64_t(len), cuuint64_t(heads), cuuint64_t(s.batch)};
   const cuuint64_t strides[3] = {cuuint64_t(st.t) * 2, cuuint64_t(st.h) * 2, cuuint64_t(st.b) * 2};  // bytes

@@ -279,8 +279,6 @@ void CudaOptimizer::step(float* params, __nv_bfloat16* params_bf16, float* grads
   a.decay = float(1 - lr * config_.weight_decay);
   a.scale = scale;
   a.zero_grads = zero_grads ? 1 : 0;
-  auto aligned = [](const void* p, std::uintptr_t to) { return reinterpret_cast<std::uintptr_t>(p) % to == 0; };
-  a.vector_ok = aligned(params, 16) && aligned(grads, 16) && aligned(s.m.get(), 16) && aligned(s.v.get(), 16) && aligned(params_bf16, 8);
   cuda_detail::MuonScalars mu;
   mu.mu = float(config_.muon_momentum);
   mu.one_minus_mu = 1.0f - mu.mu;

@@ -60,7 +60,6 @@ struct AdamwScalars {
   float bc2_sqrt = 0, step_size = 0, decay = 1;
   const StepScale* scale = nullptr;
   int zero_grads = 0;  // 1: each gradient is set to 0 once read (the next step's zero_grad, fused)
-  int vector_ok = 0;   // 1: params, grads, m, v 16-byte and params_bf16 8-byte aligned (4-value accesses)
 };
 
 struct AdamwBuffers {
