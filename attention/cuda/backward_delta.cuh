@@ -45,6 +45,15 @@ __global__ void __launch_bounds__(256) delta_from_output_kernel(const __grid_con
   if (row < rows && lane_in_row == 0) p.delta[row] = (kPaper && !compensated) ? paper::delta(sum) : sum;
 }
 
+// Shared memory of delta_exact_kernel: tiles in the XOR swizzle of ldmatrix (SwizzledTile).
+template <int D>
+struct DeltaExactStorage {
+  std::uint16_t q[64 * D];
+  std::uint16_t d_o[64 * D];
+  std::uint16_t k[2][64 * D];  // double buffered
+  std::uint16_t v[2][64 * D];
+};
+
 // exact: delta_i = sum_j dP_ij P_ij over the visible keys. 4 warps x 16 query rows per CTA; keys
 // in sub-tiles of 64 (K and V double buffered), S = Q K^T and dP = dO V^T as in the forward.
 template <int D, bool kPaper>
@@ -53,7 +62,8 @@ __global__ void __launch_bounds__(128) delta_exact_kernel(const __grid_constant_
   constexpr int kTileBytes = BK * D * 2;
   using Tile = SwizzledTile<D>;
   extern __shared__ __align__(128) unsigned char smem[];
-  const std::uint32_t s_q = smem_u32(smem), s_do = s_q + BQ * D * 2, s_k0 = s_do + BQ * D * 2, s_v0 = s_k0 + 2 * kTileBytes;
+  auto& shared = *reinterpret_cast<DeltaExactStorage<D>*>(smem);
+  const std::uint32_t s_q = smem_u32(shared.q), s_do = smem_u32(shared.d_o), s_k0 = smem_u32(shared.k), s_v0 = smem_u32(shared.v);
   const int b = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * BQ;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const bool causal = p.causal != 0;

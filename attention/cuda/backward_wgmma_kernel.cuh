@@ -50,10 +50,21 @@ struct WgmmaBackwardTraits {
   // for the other's dQ product before writing the next block's tile
   static constexpr int kDsBuffers = 2;
   static constexpr int kDqTile = kBlockQ * 64 * 4;  // one warpgroup's FP32 dQ part
-  static constexpr int kRowVals = kWarpgroups * 2 * 2 * kBlockQ * 4;  // [group][slot][lse | delta][BQ]
-  // K x2, V x2, Q x2 slots, dO x2 slots, dS^T, dQ, lse|delta, barriers (K/V, Q/dO full x2, free x2)
-  static constexpr int kSmemBytes =
-      kWarpgroups * 2 * kTile + 4 * kTile + kDsBuffers * kWarpgroups * kDsTile + kWarpgroups * kDqTile + kRowVals + 5 * 8;
+  // Shared memory. K, V (a [64, D] tile per warpgroup), Q and dO (two query-block slots) and dS^T
+  // in the SW128 layout; the barriers: K/V, Q/dO full x2 (per slot), free x2.
+  struct SharedStorage {
+    std::uint16_t k[kWarpgroups][kGroupKeys * kHeadDim];
+    std::uint16_t v[kWarpgroups][kGroupKeys * kHeadDim];
+    std::uint16_t q[2][kBlockQ * kHeadDim];
+    std::uint16_t d_o[2][kBlockQ * kHeadDim];
+    std::uint16_t ds[kDsBuffers][kWarpgroups][kGroupKeys * kBlockQ];  // dS^T [64 keys, 64 queries]
+    float dq[kWarpgroups][kBlockQ * 64];                             // fragment order (DqFragmentOrder)
+    float rowvals[kWarpgroups * 2 * 2 * kBlockQ];                     // [group][slot][lse | delta][query]
+    std::uint64_t barriers[5];
+  };
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
+  static_assert(offsetof(SharedStorage, q) % 1024 == 0 && offsetof(SharedStorage, ds) % 1024 == 0 && kTile % 1024 == 0,
+                "SW128 atoms are 1024-byte aligned");
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
   static_assert(kBlockQ == 64, "dS^T rows are one 128-byte SW128 block");
   static_assert(kSmemBytes <= 227 * 1024, "fits one CTA per SM");
@@ -71,12 +82,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   using DsTile = WgmmaTile<64, 64>;
 
   extern __shared__ __align__(1024) unsigned char smem[];
-  // [K0 K1][V0 V1][Q slot 0, 1][dO slot 0, 1][dS^T buffers x groups][dQ x groups][lse|delta][barriers]
-  const std::uint32_t s_k = smem_u32(smem), s_v = s_k + 2 * kTile, s_q0 = s_v + 2 * kTile, s_do0 = s_q0 + 2 * kTile;
-  const std::uint32_t s_ds = s_do0 + 2 * kTile, s_dq = s_ds + Traits::kDsBuffers * 2 * kDsTile;
-  const std::uint32_t rowvals_offset = s_dq + 2 * Traits::kDqTile - s_k;
-  float* s_rowvals = reinterpret_cast<float*>(smem + rowvals_offset);
-  const std::uint32_t bar_kv = s_k + rowvals_offset + Traits::kRowVals;
+  auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);
+  const std::uint32_t s_k = smem_u32(shared.k), s_v = smem_u32(shared.v), s_q0 = smem_u32(shared.q), s_do0 = smem_u32(shared.d_o);
+  const std::uint32_t s_ds = smem_u32(shared.ds), s_dq = smem_u32(shared.dq);
+  const std::uint32_t bar_kv = smem_u32(shared.barriers);
   auto bar_full = [&](int slot) { return bar_kv + 8 * (1 + slot); };  // Q and dO of a slot arrived
   auto bar_free = [&](int slot) { return bar_kv + 8 * (3 + slot); };  // every warp is done with a slot
 
@@ -111,7 +120,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (tid < BQ) return q < p.q_len ? p.lse[row_base + q] : kInf;
     return q < p.q_len ? p.delta[row_base + q] : 0.0f;
   };
-  auto stash_rowval = [&](int slot, float v) { s_rowvals[(wg * 2 + slot) * 2 * BQ + tid] = v; };
+  auto stash_rowval = [&](int slot, float v) { shared.rowvals[(wg * 2 + slot) * 2 * BQ + tid] = v; };
 
   if (qb_begin < qb_end) stash_rowval(0, fetch_rowval(qb_begin));
   if (threadIdx.x == 0) {
@@ -180,7 +189,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     // ---- P and dS at the mode's rounding points (backward_common.cuh's element mapping):
     // element (nq, e) is key group_k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
-    const float* s_lse = s_rowvals + (wg * 2 + slot) * 2 * BQ;
+    const float* s_lse = shared.rowvals + (wg * 2 + slot) * 2 * BQ;
     const float* s_delta = s_lse + BQ;
     const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
     if (need_mask) mask_transposed_scores(p, st, group_k0 + key_row + g, q0, t, causal);
@@ -261,7 +270,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // the block's two dim tiles in order; 64: the owning group's tile)
       int* turn = p.dq_semaphore + ((std::int64_t(b) * p.heads + h) * n_qblocks + qb);
       wait_turn(turn, kb);  // includes a CTA barrier: the dQ tiles are stored
-      const float4* tiles = reinterpret_cast<const float4*>(smem + (s_dq - s_k) + (kAlternate ? (i & 1) * Traits::kDqTile : 0));
+      const float4* tiles = reinterpret_cast<const float4*>(shared.dq[kAlternate ? (i & 1) : 0]);
       float4* dst = reinterpret_cast<float4*>(dq_block);
       constexpr int kVecs = BQ * D / 4;
       for (int v = threadIdx.x; v < kVecs; v += Traits::kThreads) {

@@ -1,5 +1,8 @@
 // Per-row state of the forward kernels (forward_wgmma_kernel.cuh, forward_ws_kernel.cuh; the lab's
-// mma.sync forward) and the walk over key sub-tiles.
+// mma.sync forward) and the walk over key sub-tiles. ForwardRows composes the parts of
+// forward_row_parts.cuh (OnlineSoftmax, PaperRowState, TopTwoPrepass, EventCounters) and adds what
+// joins them: the shift choice at a unit's start, P-bar and the row sums, the unit's end.
+// ForwardEpilogue writes the results: O, the residual, lse, the event counts.
 // A thread holds 2 * kRowTiles rows (rows g and g + 8 of each 16-row tile); the four threads of a
 // quad hold the same rows, each a quarter of the columns, so row reductions are two shuffles.
 #pragma once
@@ -7,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "forward_row_parts.cuh"
 #include "kernel_params.cuh"
 #include "paper_pairs.cuh"
 #include "plan.hpp"
@@ -99,15 +103,6 @@ struct KeyCursor {
   }
 };
 
-// a / b rounded to nearest given rcp = RN(1 / b), in three instructions instead of a division
-// (~15 with its range check and slow path, per output element): q = RN(a rcp) is within an ulp of
-// a / b, the residual a - q b is exact in one FMA, and one correction step gives RN(a / b)
-// (Markstein's theorem) for the normal-range operands the epilogue divides.
-__device__ __forceinline__ float quotient_rn(float a, float b, float rcp) {
-  const float q = __fmul_rn(a, rcp);
-  return __fmaf_rn(__fmaf_rn(-q, b, a), rcp, q);
-}
-
 // Calls f(bits) with the output rounding's significand bits as a compile-time 7 (BF16: one
 // conversion per element) or else the run-time value. A run-time `bits` inside the per-element
 // loops costs a branch region per element; the profile of the paper forward showed its unit-end
@@ -125,176 +120,63 @@ __device__ __forceinline__ void with_round_bits(int bits, F&& f) {
   }
 }
 
+// ---- The rows of a thread: the parts (forward_row_parts.cuh) and what joins them -------------
+// The shift choice at a unit's start (start_unit: from the pre-pass or the sub-tile, through the
+// shared policy structs), P-bar and the row sums at the mode's rounding points (exponentiate), the
+// unit's end (end_unit). ForwardEpilogue writes the results.
 template <class Traits, class Policy>
 struct ForwardRows {
   static constexpr int MR = Traits::kRowTiles, NT = Traits::kKeyTiles, DT = Traits::kDimTiles;
   static constexpr bool kPaper = Traits::kPaper;
   static constexpr ShiftPrecision kPrec = kPaper ? ShiftPrecision::bf16 : ShiftPrecision::fp32;
-  static constexpr float kInf = __builtin_huge_valf();
-  // The pre-pass keeps the two largest scores of a unit; that decides the published rule exactly
-  // because it only asks whether >= 2 scores reach r_m - eps.
   static_assert(!Policy::needs_near_max_count || Policy::kind == ShiftPolicy::paper,
                 "a new policy that counts near-maximal scores needs more than the top-2 pre-pass");
 
-  // Diagnostics (ForwardArgs::ties) live in shared memory, one record per row of the CTA, written
-  // by the quad's first lane: the fast path keeps no registers for them.
-  struct Events {
-    int ones;        // BF16(P-bar) == 1.0 entries in the current numerics tile
-    float rep_max;   // the row's largest score so far, before any policy
-    int rep_count;   // how often it occurred
-    int flags;       // kTieEvent | kFellBack
-  };
-  static constexpr int kTieEvent = 1, kFellBack = 2;
-
+  // The rows: their policy, indices, last visible keys and the policy's per-row constants.
   const Policy policy;
-  Events* const events;  // null: not counting
-  const int row0;        // query index of (mi = 0, hf = 0)
-  const int lrow0;       // the same row within the CTA (index into events)
+  const int row0;   // query index of row (0, 0)
+  const int lrow0;  // the same row within the CTA
   const std::uint32_t b, h;
-  int last[MR][2];       // last visible key per row; -1 for rows past Tq (never stored)
+  int last[MR][2];         // last visible key per row; -1 for rows past Tq (never stored)
   float row_const[MR][2];  // the policy's per-row constant (hashed offset), if it has one
-  float m[MR][2];        // the shift in use (-inf until the row sees a key)
-  float l[MR][2];        // fused: this thread's partial row sum; paper: the BF16 row sum
-  float l_shadow[MR][2]; // paper: the FP32 row sum of the shadow accumulation
-  float m_unit[MR][2];   // paper: the current unit's shift; -inf: the row sees no key in the unit
-  float c_unit[MR][2];   // paper: its rescale factor exp(m_old - m_unit)
-  float l_unit[MR][2];   // paper: this thread's partial P-bar sum over the unit
-  // Pre-pass: the unit's two largest scores per row, kept in shared memory (the pre-pass is the
-  // slow path; the fast path spends no registers on it). Layout [slot][thread]: no bank conflicts.
-  float* const top;
-  float acc[MR][DT][4];  // fused: the FP32 O accumulator; paper: the unit's FP32 P-bar * V
-  std::uint32_t o_bf[kPaper ? MR : 1][kPaper ? DT : 1][2];  // paper: O, BF16 values, packed
-  float shadow[kPaper ? MR : 1][kPaper ? DT : 1][4];        // paper: the FP32 shadow of O
+  // The parts. (Their order, and that of PaperRowState's members, sets the order of the loop's
+  // phi copies in nvcc's output and so ptxas's register allocation: this one gives the fewest
+  // registers, docs/benchmarks.md "Kernel history".)
+  EventCounters<MR> events;
+  TopTwoPrepass<MR, kPaper> top2;
+  std::conditional_t<kPaper, PaperRowState<MR, DT>, NoPaperRowState> paper_state;
+  OnlineSoftmax<MR, DT> softmax;
 
-  static constexpr int kTopSlots = MR * 2 * 2;  // (mi, hf) x {top1, top2}
-  __device__ float& top_at(int mi, int hf, int which) const { return top[((mi * 2 + hf) * 2 + which) * blockDim.x + threadIdx.x]; }
-  // paper keeps its BF16 scores' top-2 as packed pairs (even and odd keys), fused as floats
-  __device__ std::uint32_t& top_pair(int mi, int hf, int which) const { return reinterpret_cast<std::uint32_t&>(top_at(mi, hf, which)); }
-  static constexpr std::uint32_t kNegInfPair = 0xff80ff80u;  // BF16 (-inf, -inf)
-  __device__ void reset_top2(int mi, int hf) const {
-    if constexpr (kPaper) {
-      top_pair(mi, hf, 0) = top_pair(mi, hf, 1) = kNegInfPair;
-    } else {
-      top_at(mi, hf, 0) = top_at(mi, hf, 1) = -kInf;
-    }
-  }
-  // This thread's top-2 of the unit so far (reset for the next unit).
-  __device__ void take_top2(int mi, int hf, float& r1, float& r2) const {
-    if constexpr (kPaper) {
-      const std::uint32_t a1 = top_pair(mi, hf, 0), a2 = top_pair(mi, hf, 1);
-      const float x = bf16_lo(a1), y = bf16_hi(a1);
-      r1 = fmaxf(x, y);
-      r2 = fmaxf(fminf(x, y), fmaxf(bf16_lo(a2), bf16_hi(a2)));
-    } else {
-      r1 = top_at(mi, hf, 0), r2 = top_at(mi, hf, 1);
-    }
-    reset_top2(mi, hf);
-  }
-
-  __device__ ForwardRows(const ForwardParams& p, Events* events_smem, float* top_smem, int b_, int h_, int row0_, int lrow0_)
+  // events_smem, top_smem: the CTA's ForwardRowEvents rows and this warpgroup's top-2 slots (null
+  // where the kernel never counts or runs a pre-pass).
+  __device__ ForwardRows(const ForwardParams& p, ForwardRowEvents* events_smem, float* top_smem, int b_, int h_, int row0_, int lrow0_)
       : policy(make_policy<Policy>(p.policy)),
-        events(p.counters ? events_smem : nullptr),
-        top(top_smem),
         row0(row0_),
         lrow0(lrow0_),
         b(b_),
-        h(h_) {
+        h(h_),
+        events(p.counters ? events_smem : nullptr, lrow0_),
+        top2(top_smem) {
 #pragma unroll
-    for (int mi = 0; mi < MR; ++mi) {
+    for (int mi = 0; mi < MR; ++mi)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        const int i = row0 + mi * 16 + 8 * hf;
+        const int i = row0 + row_offset(mi, hf);
         last[mi][hf] = i < p.q_len ? last_key(i, p.q_len, p.k_len, p.causal != 0) : -1;
         if constexpr (has_row_constant<Policy>()) row_const[mi][hf] = policy.row_constant(RowId{b, h, std::uint32_t(i)});
-        m[mi][hf] = -kInf, l[mi][hf] = 0.0f, l_shadow[mi][hf] = 0.0f;
-        m_unit[mi][hf] = -kInf, c_unit[mi][hf] = 1.0f, l_unit[mi][hf] = 0.0f;
-        reset_top2(mi, hf);
-        if (events && threadIdx.x % 4 == 0) events[lrow0 + mi * 16 + 8 * hf] = Events{0, -kInf, 0, 0};
+        top2.reset(mi, hf);
+        events.clear(mi, hf);
       }
-#pragma unroll
-      for (int nd = 0; nd < DT; ++nd)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mi][nd][e] = 0.0f;
-    }
-    if constexpr (kPaper) {
-#pragma unroll
-      for (int mi = 0; mi < MR; ++mi)
-#pragma unroll
-        for (int nd = 0; nd < DT; ++nd) {
-          o_bf[mi][nd][0] = o_bf[mi][nd][1] = 0u;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) shadow[mi][nd][e] = 0.0f;
-        }
-    }
   }
 
   // The score in the policy's units: paper scores already are; fused keeps raw dots, and
   // dot * scale is monotone in dot, so maxima and order statistics map exactly.
   __device__ static float to_score(const ForwardParams& p, float x) { return kPaper ? x : fused::score(x, p.scale); }
 
-  // Pre-pass: fold a sub-tile into the unit's top-2 (a multiset: equal maxima count twice).
-  template <int N>
-  __device__ void prepass_tile(const float (&sc)[MR][N][4]) const {
-    if constexpr (kPaper) {
-      std::uint32_t sp[N][2];
-      pack_scores(sc, sp);
-      prepass_pairs(sp);
-      return;
-    }
-#pragma unroll
-    for (int mi = 0; mi < MR; ++mi)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        float a1 = top_at(mi, hf, 0), a2 = top_at(mi, hf, 1);
-#pragma unroll
-        for (int nj = 0; nj < N; ++nj)
-#pragma unroll
-          for (int e2 = 0; e2 < 2; ++e2) {
-            const float x = sc[mi][nj][2 * hf + e2];
-            a2 = fmaxf(a2, fminf(a1, x));  // the multiset's second largest
-            a1 = fmaxf(a1, x);
-          }
-        top_at(mi, hf, 0) = a1, top_at(mi, hf, 1) = a2;
-      }
-  }
-
-  // paper: the same on BF16 score pairs sp[nj][hf] (keys 8 nj + 2t, + 1 of row hf), two keys
-  // per instruction; the pair lanes are merged when the unit starts (take_top2).
-  template <int N>
-  __device__ void prepass_pairs(const std::uint32_t (&sp)[N][2]) const {
-    static_assert(kPaper && MR == 1, "paper numerics: one row tile per warp");
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      std::uint32_t a1 = top_pair(0, hf, 0), a2 = top_pair(0, hf, 1);
-#pragma unroll
-      for (int nj = 0; nj < N; ++nj) {
-        a2 = bf16x2_max(a2, bf16x2_min(a1, sp[nj][hf]));
-        a1 = bf16x2_max(a1, sp[nj][hf]);
-      }
-      top_pair(0, hf, 0) = a1, top_pair(0, hf, 1) = a2;
-    }
-  }
-
-  // paper scores (BF16 values) packed in pairs, and back.
-  template <int N>
-  __device__ static void pack_scores(const float (&sc)[MR][N][4], std::uint32_t (&sp)[N][2]) {
-#pragma unroll
-    for (int nj = 0; nj < N; ++nj)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) sp[nj][hf] = pack_bf16x2(sc[0][nj][2 * hf], sc[0][nj][2 * hf + 1]);
-  }
-  template <int N>
-  __device__ static void unpack_scores(const std::uint32_t (&sp)[N][2], float (&sc)[MR][N][4]) {
-#pragma unroll
-    for (int nj = 0; nj < N; ++nj)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) sc[0][nj][2 * hf] = bf16_lo(sp[nj][hf]), sc[0][nj][2 * hf + 1] = bf16_hi(sp[nj][hf]);
-  }
-
   // The unit's shift for every row, from the pre-pass or from this single sub-tile's scores.
   // fused: rescales l and the O accumulator by c = exp(m_old - m_new). The pipelined walk
   // (kDeferAccRescale) has the previous tile's P-bar * V still in flight on the accumulator: it
-  // gets c in `deferred` and applies it with rescale_acc() once that product has landed.
+  // gets c in `deferred` and applies it with softmax.rescale_acc() once that product has landed.
   template <bool kDeferAccRescale = false, int N>
   __device__ void start_unit(const ForwardParams& p, const float (&sc)[MR][N][4], const KeyStep& st,
                              float (*deferred)[2] = nullptr) {
@@ -302,21 +184,15 @@ struct ForwardRows {
     for (int mi = 0; mi < MR; ++mi)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        float r1 = -kInf, r2 = -kInf;
+        float r1 = -kInfinity, r2 = -kInfinity;
         if (st.prepass) {
-          take_top2(mi, hf, r1, r2);
-#pragma unroll
-          for (int off = 1; off <= 2; off <<= 1) {  // merge the quad's top-2 lists
-            const float o1 = __shfl_xor_sync(0xffffffffu, r1, off), o2 = __shfl_xor_sync(0xffffffffu, r2, off);
-            r2 = fmaxf(fminf(r1, o1), fmaxf(r2, o2));
-            r1 = fmaxf(r1, o1);
-          }
+          top2.take(mi, hf, r1, r2);
         } else {
 #pragma unroll
           for (int nj = 0; nj < N; ++nj) r1 = fmaxf(r1, fmaxf(sc[mi][nj][2 * hf], sc[mi][nj][2 * hf + 1]));
           r1 = quad_max(r1);
         }
-        const bool active = r1 > -kInf;
+        const bool active = r1 > -kInfinity;
         const float r_m = to_score(p, r1);
         int near = 0;
         if constexpr (Policy::needs_near_max_count) {
@@ -331,7 +207,7 @@ struct ForwardRows {
             near = quad_sum(near);
           }
         }
-        const float m_old = m[mi][hf];
+        const float m_old = softmax.m[mi][hf];
         float m_new = m_old;
         bool fell = false;
         if (active) {
@@ -339,66 +215,20 @@ struct ForwardRows {
           if constexpr (has_row_constant<Policy>()) {
             choice = policy.choose_with(row_const[mi][hf], r_m, near, kPrec);
           } else {
-            choice = policy.choose(r_m, near, RowId{b, h, std::uint32_t(row0 + mi * 16 + 8 * hf)}, kPrec);
+            choice = policy.choose(r_m, near, RowId{b, h, std::uint32_t(row0 + row_offset(mi, hf))}, kPrec);
           }
           fell = choice.fell_back;
           m_new = fmaxf(m_old, choice.m);
         }
         // A row that has seen no key keeps acc = l = 0, so its factor is irrelevant (0 avoids NaN).
-        const float c = m_old == -kInf ? 0.0f : (kPaper ? paper::rescale(m_old, m_new) : fused::rescale_fast(m_old, m_new));
-        if (events && lane_leads_quad()) {
-          // Counting runs use units of one numerics tile (one m each), so ones are per tile.
-          Events& ev = events[lrow0 + mi * 16 + 8 * hf];
-          ev.flags |= fell ? kFellBack : 0;
-          ev.ones = 0;
-        }
+        const float c = m_old == -kInfinity ? 0.0f : (kPaper ? paper::rescale(m_old, m_new) : fused::rescale_fast(m_old, m_new));
+        events.start_unit(mi, hf, fell);
         if constexpr (kPaper) {
-          c_unit[mi][hf] = active ? c : 1.0f;
-          m_unit[mi][hf] = active ? m_new : -kInf;
-          l_unit[mi][hf] = 0.0f;
+          paper_state.start_unit(mi, hf, active, m_new, c);
         } else {
           if constexpr (kDeferAccRescale) deferred[mi][hf] = active ? c : 1.0f;
-          if (active) {
-            l[mi][hf] *= c;
-            if constexpr (!kDeferAccRescale) scale_acc_row(mi, hf, c);
-            m[mi][hf] = m_new;
-          }
+          if (active) softmax.template move_shift<!kDeferAccRescale>(mi, hf, m_new, c);
         }
-      }
-  }
-
-  __device__ void scale_acc_row(int mi, int hf, float c) {
-#pragma unroll
-    for (int nd = 0; nd < DT; ++nd) acc[mi][nd][2 * hf] *= c, acc[mi][nd][2 * hf + 1] *= c;
-  }
-  __device__ void rescale_acc(const float (&c)[MR][2]) {
-#pragma unroll
-    for (int mi = 0; mi < MR; ++mi)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) scale_acc_row(mi, hf, c[mi][hf]);
-  }
-
-  __device__ static bool lane_leads_quad() { return threadIdx.x % 4 == 0; }
-
-  // Counting only: whether the row's maximum score (before any policy) occurs at >= 2 keys.
-  template <int N>
-  __device__ void count_repeated_max(const float (&sc)[MR][N][4]) {
-#pragma unroll
-    for (int mi = 0; mi < MR; ++mi)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        float mx = -kInf;
-#pragma unroll
-        for (int nj = 0; nj < N; ++nj) mx = fmaxf(mx, fmaxf(sc[mi][nj][2 * hf], sc[mi][nj][2 * hf + 1]));
-        mx = quad_max(mx);
-        int n = 0;
-#pragma unroll
-        for (int nj = 0; nj < N; ++nj) n += (sc[mi][nj][2 * hf] == mx) + (sc[mi][nj][2 * hf + 1] == mx);
-        n = quad_sum(n);  // every lane shuffles
-        Events& ev = events[lrow0 + mi * 16 + 8 * hf];
-        if (!lane_leads_quad() || mx == -kInf || mx < ev.rep_max) continue;
-        ev.rep_count = (mx > ev.rep_max ? 0 : ev.rep_count) + n;
-        ev.rep_max = mx;
       }
   }
 
@@ -416,23 +246,20 @@ struct ForwardRows {
   __device__ void exponentiate(const ForwardParams& p, float (&sc)[MR][N][4]) {
     if constexpr (kPaper) {
       std::uint32_t sp[N][2];
-      pack_scores(sc, sp);
+      pack_score_pairs(sc, sp);
       exponentiate_pairs(p, sp, sc);
-      return;
-    }
+    } else {
 #pragma unroll
-    for (int mi = 0; mi < MR; ++mi) {
-      float shift[2];  // the row's m; 0 for a row with no key in the unit (all its entries are -inf)
+      for (int mi = 0; mi < MR; ++mi) {
+        float shift[2];  // the row's m; 0 for a row with no key in the unit (all its entries are -inf)
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const float mu = kPaper ? m_unit[mi][hf] : m[mi][hf];
-        shift[hf] = mu == -kInf ? 0.0f : mu;
+        for (int hf = 0; hf < 2; ++hf) shift[hf] = softmax.m[mi][hf] == -kInfinity ? 0.0f : softmax.m[mi][hf];
+#pragma unroll
+        for (int nj = 0; nj < N; ++nj)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sc[mi][nj][e] = fused::pbar_fast(fused::score(sc[mi][nj][e], p.scale), shift[e / 2]);
+        add_row_sums(p, mi, sc);
       }
-#pragma unroll
-      for (int nj = 0; nj < N; ++nj)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sc[mi][nj][e] = fused::pbar_fast(fused::score(sc[mi][nj][e], p.scale), shift[e / 2]);
-      add_row_sums(p, mi, sc);
     }
   }
 
@@ -443,7 +270,7 @@ struct ForwardRows {
     static_assert(kPaper && MR == 1, "paper numerics: one row tile per warp");
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const float shift = m_unit[0][hf] == -kInf ? 0.0f : m_unit[0][hf];  // 0: no key of the unit (all -inf)
+      const float shift = paper_state.shift(0, hf);
 #pragma unroll
       for (int nj = 0; nj < N; ++nj) {
         const std::uint32_t d = paper_shifted_pair(sp[nj][hf], shift);
@@ -454,7 +281,8 @@ struct ForwardRows {
     add_row_sums(p, 0, sc);
   }
 
-  // The row sums of a tile's P-bar (and the counters' BF16(P-bar) == 1 entries).
+  // The row sums of a tile's P-bar (paper: the unit's; fused: the running ones), and the counters'
+  // BF16(P-bar) == 1 entries.
   template <int N>
   __device__ void add_row_sums(const ForwardParams& p, int mi, const float (&sc)[MR][N][4]) {
     float part[2] = {0.0f, 0.0f};
@@ -469,18 +297,15 @@ struct ForwardRows {
 #pragma unroll
         for (int e = 0; e < 4; ++e) part[e / 2] += sc[mi][nj][e];
     }
-    if (events) {
+    events.count_ones(mi, sc);
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        int n = 0;
-#pragma unroll
-        for (int nj = 0; nj < N; ++nj) n += (round_bf16(sc[mi][nj][2 * hf]) == 1.0f) + (round_bf16(sc[mi][nj][2 * hf + 1]) == 1.0f);
-        n = quad_sum(n);
-        if (lane_leads_quad()) events[lrow0 + mi * 16 + 8 * hf].ones += n;
+    for (int hf = 0; hf < 2; ++hf) {
+      if constexpr (kPaper) {
+        paper_state.l_unit[mi][hf] += part[hf];
+      } else {
+        softmax.l[mi][hf] += part[hf];
       }
     }
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) (kPaper ? l_unit : l)[mi][hf] += part[hf];
   }
 
   // BF16(P-bar) as the A fragments of P-bar * V, 16 keys each.
@@ -495,7 +320,7 @@ struct ForwardRows {
       }
   }
 
-  // After the unit's last sub-tile. paper: the unit's rounding points (O-bar, O and l updates);
+  // After the unit's last sub-tile. paper: the unit's rounding points (PaperRowState::end_unit);
   // fused: nothing but the tie count (its O accumulator was rescaled at the unit's start).
   __device__ void end_unit(const ForwardParams& p) {
     with_round_bits(p.round_bits, [&](auto bits) { end_unit_rounded(p, bits); });
@@ -506,67 +331,45 @@ struct ForwardRows {
     for (int mi = 0; mi < MR; ++mi)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        if (events && lane_leads_quad()) {
-          Events& ev = events[lrow0 + mi * 16 + 8 * hf];
-          ev.flags |= ev.ones >= 2 ? kTieEvent : 0;
-        }
-        if constexpr (kPaper) {
-          // every lane shuffles; the skip below is quad-uniform
-          const float l_tile = paper::clamp_tile_sum(quad_sum(l_unit[mi][hf]));
-          if (m_unit[mi][hf] == -kInf) continue;  // the row skips this unit (acc stayed 0)
-          const float c = c_unit[mi][hf];
-          if (p.o_residual) {  // the FP32 shadow serves the residual only
-#pragma unroll
-            for (int nd = 0; nd < DT; ++nd)
-#pragma unroll
-              for (int e2 = 0; e2 < 2; ++e2)
-                shadow[mi][nd][2 * hf + e2] = paper::update_shadow(shadow[mi][nd][2 * hf + e2], c, acc[mi][nd][2 * hf + e2]);
-          }
-#pragma unroll
-          for (int nd = 0; nd < DT; ++nd) {
-            float o2[2] = {bf16_lo(o_bf[mi][nd][hf]), bf16_hi(o_bf[mi][nd][hf])};
-#pragma unroll
-            for (int e2 = 0; e2 < 2; ++e2) {
-              const float dot = acc[mi][nd][2 * hf + e2];
-              o2[e2] = paper::update_output(o2[e2], c, paper::tile_output(dot, bits), bits);
-              acc[mi][nd][2 * hf + e2] = 0.0f;
-            }
-            o_bf[mi][nd][hf] = pack_bf16x2(o2[0], o2[1]);  // exact: O holds <= 7 significand bits
-          }
-          l[mi][hf] = paper::update_sum(l[mi][hf], c, l_tile);
-          if (p.o_residual) l_shadow[mi][hf] = add_rn(mul_rn(l_shadow[mi][hf], c), l_tile);  // the shadow serves the residual only
-          m[mi][hf] = m_unit[mi][hf];
-        }
+        events.end_unit(mi, hf);
+        if constexpr (kPaper) paper_state.end_unit(softmax, p, bits, mi, hf);
       }
   }
+
+};
+
+// The epilogue of a finished walk: O = BF16(O_fp32) and the compensated delta's residual
+// r = BF16(O_fp32 - O) (fused: O_fp32 = acc / l; paper: O over the BF16 sum, the residual from the
+// FP32 shadow), lse, and the rows' event counts.
+template <class Rows>
+struct ForwardEpilogue {
+  static constexpr int MR = Rows::MR, DT = Rows::DT;
+  static constexpr bool kPaper = Rows::kPaper;
 
   // The element's O_fp32 (fused: acc / l; paper: the FP32 shadow over its FP32 sum, only when a
   // residual is asked for) and its rounded O. A row that saw no key has acc = O = shadow = 0 and
   // gets rcp = 0, so both come out 0 with no per-element branch.
-  __device__ float exact_output(int mi, int nd, int hf, int e2, float l_row, float rcp_l, float rcp_shadow) const {
-    if constexpr (kPaper) return quotient_rn(shadow[mi][nd][2 * hf + e2], l_shadow[mi][hf], rcp_shadow);
-    return quotient_rn(acc[mi][nd][2 * hf + e2], l_row, rcp_l);  // fused::unrounded_output
+  __device__ static float exact_output(const Rows& rows, int mi, int nd, int hf, int e2, float l_row, float rcp_l, float rcp_shadow) {
+    if constexpr (kPaper) return rows.paper_state.exact_output(mi, nd, hf, e2, rcp_shadow);
+    return rows.softmax.output(mi, nd, hf, e2, l_row, rcp_l);
   }
   template <class Bits>
-  __device__ float rounded_output(Bits bits, int mi, int nd, int hf, int e2, float l_row, float rcp_l) const {
-    if constexpr (kPaper) {
-      const float o_acc = e2 == 0 ? bf16_lo(o_bf[mi][nd][hf]) : bf16_hi(o_bf[mi][nd][hf]);
-      return round_output(quotient_rn(o_acc, l_row, rcp_l), bits);  // paper::finalize_output
-    }
-    return fused::finalize_output(exact_output(mi, nd, hf, e2, l_row, rcp_l, 0.0f), bits);
+  __device__ static float rounded_output(const Rows& rows, Bits bits, int mi, int nd, int hf, int e2, float l_row, float rcp_l) {
+    if constexpr (kPaper) return rows.paper_state.rounded_output(bits, mi, nd, hf, e2, l_row, rcp_l);
+    return fused::finalize_output(exact_output(rows, mi, nd, hf, e2, l_row, rcp_l, 0.0f), bits);
   }
 
   // Calls f(mi, hf, row, l, seen) for each row this thread holds below Tq, with the row's full sum
   // l (fused: the quad's partial sums added; every lane takes part in that) and whether it saw a key.
   template <class F>
-  __device__ void for_each_row(const ForwardParams& p, F&& f) const {
+  __device__ static void for_each_row(const Rows& rows, const ForwardParams& p, F&& f) {
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        const int i = row0 + mi * 16 + 8 * hf;
-        const float l_row = kPaper ? l[mi][hf] : quad_sum(l[mi][hf]);
-        if (i < p.q_len) f(mi, hf, i, l_row, m[mi][hf] != -kInf);
+        const int i = rows.row0 + row_offset(mi, hf);
+        const float l_row = kPaper ? rows.softmax.l[mi][hf] : quad_sum(rows.softmax.l[mi][hf]);
+        if (i < p.q_len) f(mi, hf, i, l_row, rows.softmax.seen(mi, hf));
       }
   }
 
@@ -574,36 +377,37 @@ struct ForwardRows {
   // O pair, residual pair) with O = BF16(O_fp32) and r = BF16(O_fp32 - O) (the compensated
   // delta's residual; 0 unless `residual`). Columns nd * 8 + 2t, + 1. Rows that saw no key: 0.
   template <class Emit>
-  __device__ void finalize_outputs(const ForwardParams& p, bool residual, Emit&& emit) const {
+  __device__ static void finalize_outputs(const Rows& rows, const ForwardParams& p, bool residual, Emit&& emit) {
     with_round_bits(p.round_bits, [&](auto bits) {
-      for_each_row(p, [&](int mi, int hf, int i, float l_row, bool seen) {
+      for_each_row(rows, p, [&](int mi, int hf, int i, float l_row, bool seen) {
         const float rcp_l = seen ? __frcp_rn(l_row) : 0.0f;
-        const float rcp_shadow = kPaper && residual && seen ? __frcp_rn(l_shadow[mi][hf]) : 0.0f;
+        float rcp_shadow = 0.0f;
+        if constexpr (kPaper) rcp_shadow = residual && seen ? __frcp_rn(rows.paper_state.l_shadow[mi][hf]) : 0.0f;
 #pragma unroll
         for (int nd = 0; nd < DT; ++nd) {
           float o2[2], r2[2] = {0.0f, 0.0f};
           if (residual) {  // uniform: both loops are straight-line code
 #pragma unroll
             for (int e2 = 0; e2 < 2; ++e2) {
-              const float exact = exact_output(mi, nd, hf, e2, l_row, rcp_l, rcp_shadow);
-              o2[e2] = kPaper ? rounded_output(bits, mi, nd, hf, e2, l_row, rcp_l) : fused::finalize_output(exact, bits);
+              const float exact = exact_output(rows, mi, nd, hf, e2, l_row, rcp_l, rcp_shadow);
+              o2[e2] = kPaper ? rounded_output(rows, bits, mi, nd, hf, e2, l_row, rcp_l) : fused::finalize_output(exact, bits);
               r2[e2] = output_residual(exact, o2[e2]);
             }
           } else {
 #pragma unroll
-            for (int e2 = 0; e2 < 2; ++e2) o2[e2] = rounded_output(bits, mi, nd, hf, e2, l_row, rcp_l);
+            for (int e2 = 0; e2 < 2; ++e2) o2[e2] = rounded_output(rows, bits, mi, nd, hf, e2, l_row, rcp_l);
           }
-          emit(i, lrow0 + mi * 16 + 8 * hf, nd, pack_bf16x2(o2[0], o2[1]), pack_bf16x2(r2[0], r2[1]));
+          emit(i, rows.lrow0 + row_offset(mi, hf), nd, pack_bf16x2(o2[0], o2[1]), pack_bf16x2(r2[0], r2[1]));
         }
       });
     });
   }
 
-  // O (and its residual) straight to global memory (the mma.sync kernel).
-  __device__ void store_outputs(const ForwardParams& p, int b_, int h_, int t) const {
+  // O (and its residual) straight to global memory (the element-wise epilogue).
+  __device__ static void store_outputs(const Rows& rows, const ForwardParams& p, int b_, int h_, int t) {
     std::uint16_t* o_head = p.o + p.o_strides.head(b_, h_);
     std::uint16_t* r_head = p.o_residual ? p.o_residual + p.o_strides.head(b_, h_) : nullptr;
-    finalize_outputs(p, r_head != nullptr, [&](int i, int, int nd, std::uint32_t o2, std::uint32_t r2) {
+    finalize_outputs(rows, p, r_head != nullptr, [&](int i, int, int nd, std::uint32_t o2, std::uint32_t r2) {
       const std::int64_t at = i * p.o_strides.t + nd * 8 + 2 * t;
       *reinterpret_cast<std::uint32_t*>(o_head + at) = o2;
       if (r_head) *reinterpret_cast<std::uint32_t*>(r_head + at) = r2;
@@ -611,24 +415,18 @@ struct ForwardRows {
   }
 
   // lse and the event counters of the rows this thread leads. Rows that saw no key: lse = +inf.
-  __device__ void store_row_stats(const ForwardParams& p, int b_, int h_, int t) const {
-    for_each_row(p, [&](int mi, int hf, int i, float l_row, bool seen) {
+  __device__ static void store_row_stats(const Rows& rows, const ForwardParams& p, int b_, int h_, int t) {
+    for_each_row(rows, p, [&](int mi, int hf, int i, float l_row, bool seen) {
       if (t != 0) return;
-      p.lse[(std::int64_t(b_) * p.heads + h_) * p.q_len + i] =
-          seen ? (kPaper ? paper::lse(l_row, m[mi][hf]) : fused::lse(l_row, m[mi][hf])) : kInf;
-      if (events && seen) {
-        const Events& ev = events[lrow0 + mi * 16 + 8 * hf];
-        DeviceTieCounters& c = p.counters[h_];  // one record per query head (entry.cu sums them)
-        if (ev.flags & kTieEvent) atomicAdd(&c.tie_event_rows, 1ull);
-        if (ev.rep_count >= 2) atomicAdd(&c.repeated_max_rows, 1ull);
-        if (ev.flags & kFellBack) atomicAdd(&c.fallback_rows, 1ull);
-      }
+      const float m = rows.softmax.m[mi][hf];
+      p.lse[(std::int64_t(b_) * p.heads + h_) * p.q_len + i] = seen ? (kPaper ? paper::lse(l_row, m) : fused::lse(l_row, m)) : kInfinity;
+      if (rows.events.counting() && seen) rows.events.add_to(p.counters[h_], mi, hf);  // one record per query head
     });
   }
 
-  __device__ void store(const ForwardParams& p, int b_, int h_, int t) const {
-    store_outputs(p, b_, h_, t);
-    store_row_stats(p, b_, h_, t);
+  __device__ static void store(const Rows& rows, const ForwardParams& p, int b_, int h_, int t) {
+    store_outputs(rows, p, b_, h_, t);
+    store_row_stats(rows, p, b_, h_, t);
   }
 };
 

@@ -7,7 +7,7 @@
 //
 // A CTA is one warpgroup owning 64 query rows of one (b, h), 16 per warp, so every per-row
 // quantity (max, shift, sums) lives in the four threads of a quad. Keys are walked in
-// sub-tiles of 64, K and V double buffered with cp.async. The numerics' key tile (tile_k, a
+// sub-tiles of 64, K and V double buffered (bulk tensor copies). The numerics' key tile (tile_k, a
 // multiple of 64; docs/numerics-contract.md: rounding and tie detection are per tile) groups sub-tiles into
 // "shift units": every sub-tile of a unit uses one shift m. When a unit spans several sub-tiles
 // and its m needs the whole unit's maximum (always in `paper`; the published policy's tie count in
@@ -102,7 +102,7 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
                                                        int min_last, int t, std::uint32_t s_q) {
   // Counting runs walk in numerics tiles (cta_keys), never here: telling the compiler lets it drop
   // the counters' code from the loop (2-3% of its instructions with a policy that can fall back).
-  __builtin_assume(rows.events == nullptr);
+  __builtin_assume(rows.events.records == nullptr);
   feed.start();
   std::uint32_t pa[1][BK / 16][4];  // BF16(P-bar) of the previous step
   for (int j = 0; j < total; ++j) {
@@ -115,7 +115,7 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
     wgmma_commit();
     if (j > 0) {
       feed.wait_v(j - 1);
-      issue_pv<D, BK>(rows.acc[0], pa[0], feed.v(j - 1));
+      issue_pv<D, BK>(rows.softmax.acc[0], pa[0], feed.v(j - 1));
       wgmma_commit();
       wgmma_wait<1>();  // S_j has landed; P_(j-1) V_(j-1) may still run
     } else {
@@ -128,10 +128,10 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
     rows.template start_unit<true>(p, sc, KeyStep{key0, 0, 1, true, false}, c);
     rows.exponentiate(p, sc);
     wgmma_wait<0>();
-    fence_registers(rows.acc[0]);
+    fence_registers(rows.softmax.acc[0]);
     fence_registers(pa[0]);
     if (j > 0) feed.release_v(j - 1);
-    rows.rescale_acc(c);
+    rows.softmax.rescale_acc(c);
     Rows::pack_operands(sc, pa);
     feed.end_step();
   }
@@ -139,10 +139,10 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
     const int j = total - 1;
     feed.wait_v(j);
     wgmma_fence();
-    issue_pv<D, BK>(rows.acc[0], pa[0], feed.v(j));
+    issue_pv<D, BK>(rows.softmax.acc[0], pa[0], feed.v(j));
     wgmma_commit();
     wgmma_wait<0>();
-    fence_registers(rows.acc[0]);
+    fence_registers(rows.softmax.acc[0]);
     feed.release_v(j);  // a persistent feed reuses the stage for the next tile
   }
 }
@@ -158,7 +158,8 @@ __device__ __forceinline__ void store_outputs_by_tma(const ForwardParams& p, con
   constexpr int D = Traits::kHeadDim;
   using Tile = WgmmaTile<64, D>;
   const bool residual = p.o_residual != nullptr;
-  rows.finalize_outputs(p, residual, [&](int, int lrow, int nd, std::uint32_t o2, std::uint32_t r2) {
+  using Epilogue = ForwardEpilogue<Rows>;
+  Epilogue::finalize_outputs(rows, p, residual, [&](int, int lrow, int nd, std::uint32_t o2, std::uint32_t r2) {
     const std::uint32_t off = Tile::offset(lrow, nd) + 4 * t;
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(s_o + off), "r"(o2) : "memory");
     if (residual) asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(s_r + off), "r"(r2) : "memory");
@@ -174,7 +175,7 @@ __device__ __forceinline__ void store_outputs_by_tma(const ForwardParams& p, con
     bulk_commit_group();
     bulk_wait_group_read<0>();  // shared memory must outlive the copies' reads
   }
-  rows.store_row_stats(p, b, h, t);
+  Epilogue::store_row_stats(rows, p, b, h, t);
 }
 
 template <class Traits, class Policy>
@@ -185,11 +186,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   constexpr bool kMultiPass = !kFastPathInstantiable<kPaper, Policy>;
   using Rows = ForwardRows<Traits, Policy>;
   static_assert(MR == 1 && BQ == 64 && Traits::kThreads == 128, "one warpgroup, 16 rows per warp");
-  static_assert(Traits::kSmemQ % 1024 == 0 && Traits::kSmemKV % 1024 == 0, "SW128 atoms are 1024-byte aligned");
 
   extern __shared__ __align__(1024) unsigned char smem[];
-  const std::uint32_t s_q = smem_u32(smem);
-  const std::uint32_t s_k0 = s_q + Traits::kSmemQ, s_v0 = s_k0 + 2 * Traits::kSmemKV;
+  auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);
+  const std::uint32_t s_q = smem_u32(shared.q), s_k0 = smem_u32(shared.k), s_v0 = smem_u32(shared.v);
 
   // Causal rows late in the sequence see the most keys: launch those blocks first so the last
   // wave is made of short ones.
@@ -198,9 +198,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   (void)NT, (void)DT;
 
-  auto* events = reinterpret_cast<typename Rows::Events*>(smem + Traits::kSmemQ + 4 * Traits::kSmemKV);
-  auto* top = reinterpret_cast<float*>(smem + Traits::kSmemQ + 4 * Traits::kSmemKV + Traits::kSmemEvents);
-  Rows rows(p, events, top, b, h, m0 + warp * 16 * MR + lane / 4, warp * 16 * MR + lane / 4);
+  Rows rows(p, shared.events, shared.top[0], b, h, m0 + warp * 16 * MR + lane / 4, warp * 16 * MR + lane / 4);
   const CtaKeys keys = cta_keys<BQ, BK, kMultiPass>(p, m0);
   const KeyWalk& walk = keys.walk;
   const int n_keys = keys.n_keys, min_last = keys.min_last;
@@ -210,14 +208,14 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
     if (p.store_by_tma) {
       store_outputs_by_tma<Traits>(p, done, m0, h, b, t, s_k0, s_k0 + Traits::kSmemKV, threadIdx.x == 0, [] { __syncthreads(); });
     } else {
-      done.store(p, b, h, t);
+      ForwardEpilogue<Rows>::store(done, p, b, h, t);
     }
   };
 
   // Bulk tensor copies issued by thread 0, one 64 x 64 box per 64 columns of a tile; every thread
   // waits on the buffer's barrier. Barrier 0: Q; 1 + (s & 1): step s's K (and V in the serial
   // walk); 3 + (s & 1): step s's V in the pipelined walk.
-  const std::uint32_t bars = s_q + Traits::kSmemQ + 4 * Traits::kSmemKV + Traits::kSmemEvents + Traits::kSmemTop;
+  const std::uint32_t bars = smem_u32(shared.barriers);
   constexpr int kBoxBytes = 64 * 64 * 2, kBoxes = D / 64;
   // K, and V on main steps
   auto issue_loads = [&](int s, const KeyStep& st) {
@@ -282,18 +280,18 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
     // FP32 scores where paper still needs them: a unit without pre-pass picks its shift from
     // them, the counters count them
     if constexpr (kPaper) {
-      if (rows.events || (st.main && st.sub == 0 && !st.prepass)) Rows::unpack_scores(sp, sc);
+      if (rows.events.counting() || (st.main && st.sub == 0 && !st.prepass)) unpack_score_pairs(sp, sc);
     }
 
     if (!st.main) {
       if constexpr (kPaper) {
-        rows.prepass_pairs(sp);
+        rows.top2.fold_pairs(sp);
       } else {
-        rows.prepass_tile(sc);
+        rows.top2.fold(sc);
       }
     } else {
       if (st.sub == 0) rows.start_unit(p, sc, st);
-      if (rows.events) rows.count_repeated_max(sc);
+      if (rows.events.counting()) rows.events.count_repeated_max(sc);
       if constexpr (kPaper) {
         rows.exponentiate_pairs(p, sp, sc);
       } else {
@@ -303,10 +301,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
       Rows::pack_operands(sc, pa);
 
       wgmma_fence();
-      issue_pv<D, BK>(rows.acc[0], pa[0], s_v);
+      issue_pv<D, BK>(rows.softmax.acc[0], pa[0], s_v);
       wgmma_commit();
       wgmma_wait_all();
-      fence_registers(rows.acc[0]);
+      fence_registers(rows.softmax.acc[0]);
       if (st.sub == st.n_sub - 1) rows.end_unit(p);
     }
     __syncthreads();  // this step's K/V buffers are refilled by the copies issued next iteration

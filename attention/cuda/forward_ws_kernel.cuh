@@ -11,9 +11,9 @@
 // four one-warpgroup CTAs per SM, kernel_params.cuh), takes the one-warpgroup kernel. The consumers'
 // walk is forward_pipelined_walk, the same code the one-warpgroup kernel runs, fed by ProducerFeed.
 //
-// Shared memory: Q of each consumer [64, D] | K stages | V stages | residual staging per consumer
-// [64, D] | barriers. The epilogue stages O in the consumer's own Q tile (no product reads it after
-// the last S) and the residual in its staging tile, then stores both by TMA.
+// Shared memory (WsForwardTraits::SharedStorage): Q of each consumer [64, D], the K and V stages, a
+// residual tile per consumer, the barriers. The epilogue stages O in the consumer's own Q tile (no
+// product reads it after the last S) and the residual in its own tile, then stores both by TMA.
 #pragma once
 
 #include <cstdint>
@@ -99,11 +99,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   using Rows = ForwardRows<Traits, Policy>;
 
   extern __shared__ __align__(1024) unsigned char smem[];
+  auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);
   constexpr int C = Traits::kConsumers, kRows = Traits::kCtaRows;
-  const std::uint32_t s_q = smem_u32(smem);
-  const std::uint32_t s_k0 = s_q + C * Traits::kSmemQ, s_v0 = s_k0 + kWsForwardStages * Traits::kSmemKV;
-  const std::uint32_t s_res = s_v0 + kWsForwardStages * Traits::kSmemKV;
-  const ProducerFeed<Traits> feed{s_k0, s_v0, WsBarriers<C>{s_res + C * Traits::kSmemQ}};
+  const std::uint32_t s_q = smem_u32(shared.q), s_res = smem_u32(shared.residual);
+  const ProducerFeed<Traits> feed{smem_u32(shared.k), smem_u32(shared.v), WsBarriers<C>{smem_u32(shared.barriers)}};
 
   // Causal blocks late in the sequence see the most keys: launch those first.
   const int b = blockIdx.z, h = blockIdx.y, m0 = (p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * kRows;
@@ -141,7 +140,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
     store_outputs_by_tma<Traits>(p, rows, m0c, h, b, t, s_qc, s_res + c * Traits::kSmemQ, tid == 0,
                                  [c] { named_barrier_sync(1 + c, 128); });
   } else {
-    rows.store(p, b, h, t);
+    ForwardEpilogue<Rows>::store(rows, p, b, h, t);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <cuda.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "stableflash/attention/shift_policies.hpp"
@@ -25,6 +26,15 @@ struct TensorStrides {
 // Event counters of the forward (TieCounts), accumulated with atomics when requested.
 struct DeviceTieCounters {
   unsigned long long tie_event_rows, repeated_max_rows, fallback_rows;
+};
+
+// One query row's events while a forward CTA counts them, in shared memory (EventCounters,
+// forward_row_parts.cuh).
+struct ForwardRowEvents {
+  int ones;       // BF16(P-bar) == 1.0 entries in the current numerics tile
+  float rep_max;  // the row's largest score so far, before any policy
+  int rep_count;  // how often it occurred
+  int flags;      // EventCounters::kTieEvent | kFellBack
 };
 
 struct ForwardParams {
@@ -117,12 +127,21 @@ struct WgmmaForwardTraits {
   static constexpr int kDimTiles = kHeadDim / 8;
   static constexpr int kSmemQ = kBlockQ * kHeadDim * 2;
   static constexpr int kSmemKV = kFastBlockK * kHeadDim * 2;  // a K or V buffer (the slow walk uses 64 rows of it)
-  static constexpr int kSmemEvents = kBlockQ * 16;
-  static constexpr int kSmemTop = kThreads * kRowTiles * 4 * 4;
   // Q; one per K/V buffer (serial walk) or per K buffer (pipelined walk); one per V buffer
   static constexpr int kBarriers = 5;
-  static constexpr int kSmemBarriers = kBarriers * 8;
-  static constexpr int kSmemBytes = kSmemQ + 4 * kSmemKV + kSmemEvents + kSmemTop + kSmemBarriers;
+  // Shared memory. Tiles in the SW128 layout (wgmma.cuh); the epilogue stages O and the residual in
+  // the two K buffers.
+  struct SharedStorage {
+    std::uint16_t q[kBlockQ * kHeadDim];
+    std::uint16_t k[2][kFastBlockK * kHeadDim];
+    std::uint16_t v[2][kFastBlockK * kHeadDim];
+    ForwardRowEvents events[kBlockQ];        // counting runs (EventCounters)
+    float top[kRowTiles * 2 * 2][kThreads];  // the pre-pass's top-2 slots (TopTwoPrepass)
+    std::uint64_t barriers[kBarriers];
+  };
+  static_assert(offsetof(SharedStorage, k) % 1024 == 0 && offsetof(SharedStorage, v) % 1024 == 0 && kSmemKV % 1024 == 0,
+                "SW128 atoms are 1024-byte aligned");
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
 };
 
@@ -150,11 +169,21 @@ struct WsForwardTraits {
   static constexpr int kProducerRegisters = kConsumers == 3 ? 24 : 40;
   static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 232;
   static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536, "the SM's register file");
-  static constexpr int kSmemQ = 64 * kHeadDim * 2;        // one consumer's Q (and its O / residual staging)
+  static constexpr int kSmemQ = 64 * kHeadDim * 2;        // one consumer's Q (and its O staging)
   static constexpr int kSmemKV = kBlockK * kHeadDim * 2;  // a K or V stage
-  static constexpr int kSmemBarriers = (kConsumers + 4 * kWsForwardStages) * 8;
-  // Q per consumer | K, V stages | residual staging per consumer | barriers
-  static constexpr int kSmemBytes = 2 * kConsumers * kSmemQ + 2 * kWsForwardStages * kSmemKV + kSmemBarriers;
+  // Shared memory, tiles in the SW128 layout. The epilogue stages a consumer's O in its Q tile (no
+  // product reads it after the last S) and the residual in its own tile.
+  struct SharedStorage {
+    std::uint16_t q[kConsumers][64 * kHeadDim];
+    std::uint16_t k[kWsForwardStages][kBlockK * kHeadDim];
+    std::uint16_t v[kWsForwardStages][kBlockK * kHeadDim];
+    std::uint16_t residual[kConsumers][64 * kHeadDim];
+    std::uint64_t barriers[kConsumers + 4 * kWsForwardStages];  // WsBarriers
+  };
+  static_assert(offsetof(SharedStorage, k) % 1024 == 0 && offsetof(SharedStorage, residual) % 1024 == 0 &&
+                    kSmemQ % 1024 == 0 && kSmemKV % 1024 == 0,
+                "SW128 atoms are 1024-byte aligned");
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
   static_assert(kSmemBytes <= 227 * 1024, "an SM's shared memory");
 };

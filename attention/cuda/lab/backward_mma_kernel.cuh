@@ -34,10 +34,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_backward_kernel
   using DsTile = SwizzledTile<BQ>;  // dS^T: [BK keys, BQ queries]
 
   extern __shared__ __align__(128) unsigned char smem[];
-  const std::uint32_t s_k = smem_u32(smem), s_v = s_k + Traits::kSmemK;
-  const std::uint32_t s_q0 = s_v + Traits::kSmemK, s_do0 = s_q0 + 2 * Traits::kSmemQ;
-  const std::uint32_t s_ds = s_do0 + 2 * Traits::kSmemQ;
-  float* s_rowvals = reinterpret_cast<float*>(smem + (s_ds - s_k) + Traits::kSmemDS);  // [2][lse|delta][BQ]
+  auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);
+  const std::uint32_t s_k = smem_u32(shared.k), s_v = smem_u32(shared.v);
+  const std::uint32_t s_q0 = smem_u32(shared.q), s_do0 = smem_u32(shared.d_o), s_ds = smem_u32(shared.ds);
 
   const int b = blockIdx.z, h = blockIdx.y, kb = blockIdx.x, k0 = kb * BK;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -58,7 +57,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_backward_kernel
     load_tile_async<BQ, D, Traits::kThreads>(s_q0 + buf * Traits::kSmemQ, q_head, p.q_strides.t, q0, p.q_len);
     load_tile_async<BQ, D, Traits::kThreads>(s_do0 + buf * Traits::kSmemQ, do_head, p.d_o_strides.t, q0, p.q_len);
     // lse and delta; rows past Tq get lse = +inf so P = 0 there.
-    float* vals = s_rowvals + buf * 2 * BQ;
+    float* vals = shared.rowvals + buf * 2 * BQ;
     for (int r = threadIdx.x; r < BQ; r += Traits::kThreads) {
       const bool valid = q0 + r < p.q_len;
       vals[r] = valid ? p.lse[row_base + q0 + r] : kInf;
@@ -85,7 +84,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_backward_kernel
     cp_async_wait<1>();
     __syncthreads();
     const std::uint32_t s_q = s_q0 + buf * Traits::kSmemQ, s_do = s_do0 + buf * Traits::kSmemQ;
-    const float* s_lse = s_rowvals + buf * 2 * BQ;
+    const float* s_lse = shared.rowvals + buf * 2 * BQ;
     const float* s_delta = s_lse + BQ;
 
     // ---- S^T = K Q^T and dP^T = V dO^T: rows = this warp's 16 keys, columns = BQ queries.

@@ -33,8 +33,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   using Rows = ForwardRows<Traits, Policy>;
 
   extern __shared__ __align__(1024) unsigned char smem[];
-  const std::uint32_t s_q = smem_u32(smem);
-  const std::uint32_t s_k0 = s_q + Traits::kSmemQ, s_v0 = s_k0 + 2 * Traits::kSmemKV;
+  auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);
+  const std::uint32_t s_q = smem_u32(shared.q), s_k0 = smem_u32(shared.k), s_v0 = smem_u32(shared.v);
 
   // Causal rows late in the sequence see the most keys: launch those blocks first so the last
   // wave is made of short ones.
@@ -45,9 +45,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   const std::uint16_t* k_head = p.k + p.k_strides.head(b, kv_h);  // [Tk, D]
   const std::uint16_t* v_head = p.v + p.v_strides.head(b, kv_h);  // [Tk, D]
 
-  auto* events = reinterpret_cast<typename Rows::Events*>(smem + Traits::kSmemQ + 4 * Traits::kSmemKV);
-  auto* top = reinterpret_cast<float*>(smem + Traits::kSmemQ + 4 * Traits::kSmemKV + Traits::kSmemEvents);
-  Rows rows(p, events, top, b, h, m0 + warp * 16 * MR + lane / 4, warp * 16 * MR + lane / 4);
+  Rows rows(p, shared.events, shared.top[0], b, h, m0 + warp * 16 * MR + lane / 4, warp * 16 * MR + lane / 4);
   const CtaKeys keys = cta_keys<BQ, BK, kMultiPass>(p, m0);
   const KeyWalk& walk = keys.walk;
   const int min_last = keys.min_last, total = walk.total_steps();
@@ -101,10 +99,10 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
     mode_scores_and_mask<kPaper, BK>(sc, p.scale, st.key0, min_last, t, rows.last);
 
     if (!st.main) {
-      rows.prepass_tile(sc);
+      rows.top2.fold(sc);
     } else {
       if (st.sub == 0) rows.start_unit(p, sc, st);
-      if (rows.events) rows.count_repeated_max(sc);
+      if (rows.events.counting()) rows.events.count_repeated_max(sc);
       std::uint32_t pa[MR][NT / 2][4];  // BF16(P-bar) as A fragments, 16 keys each
       rows.probabilities(p, sc, pa);
 
@@ -117,8 +115,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
           ldmatrix_x4_trans(bv, s_v + Tile::offset(kk * 16 + lane % 8 + 8 * ((lane / 8) % 2), nd2 * 2 + lane / 16));
 #pragma unroll
           for (int mi = 0; mi < MR; ++mi) {
-            mma_16816(rows.acc[mi][2 * nd2], pa[mi][kk], bv[0], bv[1]);
-            mma_16816(rows.acc[mi][2 * nd2 + 1], pa[mi][kk], bv[2], bv[3]);
+            mma_16816(rows.softmax.acc[mi][2 * nd2], pa[mi][kk], bv[0], bv[1]);
+            mma_16816(rows.softmax.acc[mi][2 * nd2 + 1], pa[mi][kk], bv[2], bv[3]);
           }
         }
       }
@@ -127,7 +125,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
     __syncthreads();  // this step's K/V buffers are refilled by the loads issued next iteration
   }
   cp_async_wait<0>();
-  rows.store(p, b, h, t);
+  ForwardEpilogue<Rows>::store(rows, p, b, h, t);
 }
 
 }  // namespace stableflash::attention::cuda

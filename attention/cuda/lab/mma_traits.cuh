@@ -2,6 +2,8 @@
 // wgmma kernels grew from; comparison only).
 #pragma once
 
+#include <cstdint>
+
 #include "kernel_params.cuh"
 
 namespace stableflash::attention::cuda {
@@ -23,12 +25,16 @@ struct ForwardTraits {
   static constexpr int kMinBlocks = kPaper ? (kHeadDim == 64 ? 3 : 2) : (kHeadDim == 64 ? 2 : 1);
   static constexpr int kKeyTiles = kBlockK / 8;   // n-tiles of S per row tile
   static constexpr int kDimTiles = kHeadDim / 8;  // n-tiles of O per row tile
-  static constexpr int kSmemQ = kBlockQ * kHeadDim * 2;
   static constexpr int kSmemKV = kBlockK * kHeadDim * 2;
-  static constexpr int kSmemEvents = kBlockQ * 16;  // per-row diagnostics (ForwardRows::Events)
-  static constexpr int kSmemTop = kThreads * kRowTiles * 4 * 4;  // pre-pass top-2 (ForwardRows::top)
-  // Q, K x2, V x2 (double buffered), events, top-2
-  static constexpr int kSmemBytes = kSmemQ + 4 * kSmemKV + kSmemEvents + kSmemTop;
+  // Shared memory: tiles in the XOR swizzle of ldmatrix (SwizzledTile), K and V double buffered.
+  struct SharedStorage {
+    std::uint16_t q[kBlockQ * kHeadDim];
+    std::uint16_t k[2][kBlockK * kHeadDim];
+    std::uint16_t v[2][kBlockK * kHeadDim];
+    ForwardRowEvents events[kBlockQ];        // counting runs (EventCounters)
+    float top[kRowTiles * 2 * 2][kThreads];  // the pre-pass's top-2 slots (TopTwoPrepass)
+  };
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
   static_assert(kBlockK % 16 == 0 && kBlockQ % 16 == 0, "mma tiles are 16 x 16");
 };
@@ -44,11 +50,18 @@ struct BackwardTraits {
   static constexpr int kBlockQ = 64;
   static constexpr int kQueryTiles = kBlockQ / 8;  // n-tiles of S^T per warp
   static constexpr int kDimTiles = kHeadDim / 8;
-  static constexpr int kSmemK = kBlockK * kHeadDim * 2;
   static constexpr int kSmemQ = kBlockQ * kHeadDim * 2;
-  static constexpr int kSmemDS = kBlockK * kBlockQ * 2;
-  // K, V; Q x2, dO x2 (double buffered); dS^T; lse and delta x2
-  static constexpr int kSmemBytes = 2 * kSmemK + 4 * kSmemQ + kSmemDS + 4 * kBlockQ * 4;
+  // Shared memory: tiles in the XOR swizzle of ldmatrix (SwizzledTile); Q, dO, lse and delta double
+  // buffered.
+  struct SharedStorage {
+    std::uint16_t k[kBlockK * kHeadDim];
+    std::uint16_t v[kBlockK * kHeadDim];
+    std::uint16_t q[2][kBlockQ * kHeadDim];
+    std::uint16_t d_o[2][kBlockQ * kHeadDim];
+    std::uint16_t ds[kBlockK * kBlockQ];  // dS^T [keys, queries]
+    float rowvals[2 * 2 * kBlockQ];       // [buffer][lse | delta][query]
+  };
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
   // dQ = dS K: 4 row tiles of 16 queries x 2 halves of D, one per warp
   static constexpr int kDqRowTiles = kBlockQ / 16;
   static constexpr int kDqColSplit = kWarps / kDqRowTiles;
