@@ -482,6 +482,11 @@ TEST(SoftmaxCrossEntropyGpu, MatchesCpuAndIsDeterministic) {
       {4, 50304, 1024.0f / 4, 8.0, 0}, // large logits, loss-scale-like gradient scale
       {5, 104, 0.2f, 1.0, 17},         // -inf tail: whole masked chunks
       {2, 50304, 0.0f, 1.0, 0},        // loss only: logits untouched
+      // More rows than SMs (132 on the H200): each block of the resident kernel loops over several
+      // rows, two staged in shared memory at a time (buffer reuse, mbarrier phases).
+      {300, 50304, 0.37f / 300, 1.0, 0},
+      {300, 65536, 0.5f / 300, 2.0, 8},  // 128 KiB rows: one staged at a time; a masked last chunk
+      {300, 50304, 0.0f, 1.0, 0},        // loss only, several rows per block
   };
   for (const CeCase k : cases) {
     SCOPED_TRACE("rows=" + std::to_string(k.rows) + " Vp=" + std::to_string(k.Vp) + " scale=" + std::to_string(k.grad_scale));
@@ -506,6 +511,18 @@ TEST(SoftmaxCrossEntropyGpu, MatchesCpuAndIsDeterministic) {
     const auto [g1, l1] = run();
     const auto [g2, l2] = run();
     EXPECT_TRUE(bitwise_equal(g1, g2) && bitwise_equal(l1, l2)) << "not deterministic";
+    // A row's bits do not depend on the rows launched with it (the resident kernel's blocks loop
+    // over rows and stage them in shared memory): the first, a middle and the last row alone.
+    for (const int r : {0, k.rows / 2, k.rows - 1}) {
+      d_logits.upload(logits);
+      const std::size_t row = std::size_t(r) * k.Vp;
+      mc::softmax_cross_entropy(dev(d_logits) + row, d_losses.get() + r, d_targets.get() + r, 1, k.Vp, k.grad_scale, nullptr);
+      const auto g = d_logits.download();
+      const auto l = d_losses.download();
+      const std::vector<bf16> g_row(g.begin() + row, g.begin() + row + k.Vp), g1_row(g1.begin() + row, g1.begin() + row + k.Vp);
+      EXPECT_TRUE(bitwise_equal(g_row, g1_row) && bitwise_equal(std::vector<float>{l[r]}, std::vector<float>{l1[r]}))
+          << "row " << r << " alone differs";
+    }
 
     auto probs = widen(logits);
     std::vector<double> ref_loss(k.rows);
