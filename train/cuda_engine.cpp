@@ -12,7 +12,7 @@
 // all-reduced and every rank runs the whole, identical optimizer step. Either way every rank
 // keeps identical weights; the loss is summed the same way.
 //
-// One process (and stage 0), with train.overlap_optimizer (the default): the optimizer step runs
+// One process (and stage 0), with train.overlap_optimizer (off by default): the optimizer step runs
 // on a second stream (update_overlap.hpp): the norm and the clipping factor are computed on the
 // device, the parameters are updated part by part in the order the forward reads them, and the
 // next forward waits per layer for its part, through the same parameters-needed hook ZeRO-1 uses

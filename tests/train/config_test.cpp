@@ -121,15 +121,17 @@ TEST(TrainConfig, JsonRoundTripIsExactAndMismatchesAreListed) {
   EXPECT_TRUE(resume_mismatches(c, more_steps).empty());
   // The optimizer's overlap changes no bit: it may change on resume, and the config.json of a
   // checkpoint written before the key existed reads with its default.
-  TrainConfig sequential = back;
-  EXPECT_TRUE(back.train.overlap_optimizer);
-  apply_assignment(sequential, "train.overlap_optimizer=false");
-  EXPECT_FALSE(sequential.train.overlap_optimizer);
-  EXPECT_TRUE(resume_mismatches(c, sequential).empty());
-  auto without = nlohmann::json::parse(to_json(c));
+  TrainConfig overlapped = back;
+  EXPECT_FALSE(back.train.overlap_optimizer);
+  apply_assignment(overlapped, "train.overlap_optimizer=true");
+  EXPECT_TRUE(overlapped.train.overlap_optimizer);
+  EXPECT_TRUE(resume_mismatches(c, overlapped).empty());
+  auto without = nlohmann::json::parse(to_json(overlapped));
   ASSERT_TRUE(without["train"].contains("overlap_optimizer"));
   without["train"].erase("overlap_optimizer");
-  EXPECT_TRUE(resume_mismatches(from_json(without.dump(), "old checkpoint"), sequential).empty());
+  const TrainConfig old_checkpoint = from_json(without.dump(), "old checkpoint");
+  EXPECT_FALSE(old_checkpoint.train.overlap_optimizer);
+  EXPECT_TRUE(resume_mismatches(old_checkpoint, overlapped).empty());
   TrainConfig other = back;
   apply_assignment(other, "model.n_layer=6");
   apply_assignment(other, "attention.layer.1.delta_source=exact");

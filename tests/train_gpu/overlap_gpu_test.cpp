@@ -1,5 +1,5 @@
-// The optimizer step overlapped with the next forward (train.overlap_optimizer, the default on a
-// GPU; ctest label `gpu`, skipped without a GPU). The update runs on a second stream, part by
+// The optimizer step overlapped with the next forward (train.overlap_optimizer, off by default;
+// ctest label `gpu`, skipped without a GPU). The update runs on a second stream, part by
 // part in the order the forward reads the weights, and the forward waits per layer; the clipping
 // factor is computed and read on the device; the update zeroes the gradients as it reads them.
 // None of that may change a bit: with the deterministic attention backward, an overlapped run
@@ -42,6 +42,7 @@ TrainConfig config(const std::string& data_dir) {
   c.train.batch_size = 4, c.train.seq_len = 64, c.train.grad_accum = 2;
   c.train.steps = 8, c.train.val_every = 2, c.train.val_batches = 2, c.train.checkpoint_every = 3, c.train.probe_every = 1;
   c.train.deterministic = true;
+  c.train.overlap_optimizer = true;  // not the default: each test compares it with the sequential update
   c.optim.lr = 3e-3, c.optim.warmup_steps = 2, c.optim.decay_steps = 40;
   return c;
 }
