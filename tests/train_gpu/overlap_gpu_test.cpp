@@ -159,6 +159,7 @@ TEST_F(OverlapGpu, BenchReportsTheOverlapAndKeepsTheBits) {
   SF_REQUIRE_GPU();
   TrainConfig c = preset("tiny");
   c.train.deterministic = true;
+  c.train.overlap_optimizer = true;  // not the default
   BenchTrainOptions o;
   o.device = TrainDevice::cuda;
   o.warmup_steps = 2, o.steps = 10;
