@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -68,6 +69,19 @@ bool TrainingProbes::attention_step(std::int64_t step, bool last) const {
   return config_.train.probe_every > 0 && every(config_.probe.attention_every, step, last);
 }
 
+std::span<const float> TrainingProbes::wq_weights(TrainingEngine& engine) {
+  if (!wq_host_) {
+    for (const auto& v : spectra_.views(diag::SpectraScope::wq)) {
+      const std::int64_t end = v.offset + std::int64_t(v.rows - 1) * v.ld + v.cols;
+      if (v.name.ends_with(".wq")) wq_ranges_.emplace_back(v.offset, end);  // a layer's whole W_Q covers its heads'
+      wq_host_size_ = std::max(wq_host_size_, end);
+    }
+    wq_host_.reset(new float[std::size_t(wq_host_size_)]);  // not value-initialized: untouched pages stay unallocated
+  }
+  for (const auto& [begin, end] : wq_ranges_) engine.read_parameters(begin, {wq_host_.get() + begin, std::size_t(end - begin)});
+  return {wq_host_.get(), std::size_t(wq_host_size_)};
+}
+
 void TrainingProbes::request(TrainingEngine& engine, bool attention) {
   if (!attention) return;
   model::CaptureRequest r;
@@ -84,7 +98,7 @@ void TrainingProbes::measure(TrainingEngine& engine, StepMetrics& m, bool wq, bo
   std::string& out = m.probe_fields;
 
   if (wq || sigma) {
-    const auto params = engine.parameters_on_host();
+    const auto params = sigma ? engine.parameters_on_host() : wq_weights(engine);
     const auto q = spectra_.measure(params, diag::SpectraScope::wq);
     m.wq_sigma = q.wq, m.wq_sigma_heads = q.wq_heads;
     for (int l = 0; l < L; ++l) m.sigmas["h." + std::to_string(l) + ".wq"] = q.wq[std::size_t(l)];

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine.hpp"
+#include "probes.hpp"
 #include "stableflash/train/trainer.hpp"
 #include "test_files.hpp"
 #include "train_test_util.hpp"
@@ -67,6 +69,22 @@ TEST_F(Probes, NeverChangeTraining) {
     EXPECT_FALSE(a.steps[i].probe_fields.empty());
     EXPECT_TRUE(b.steps[i].probe_fields.empty());
   }
+}
+
+// The W_Q probe reads only each layer's c_attn rows from the engine (wq_weights): the norms are
+// bitwise those measured on the whole model's copy (a sigma step's input), from the same cold start.
+TEST_F(Probes, WqProbeFromItsOwnWeightsEqualsTheWholeCopy) {
+  const TrainConfig c = config();
+  auto engine = make_cpu_engine(c);
+  engine->init_weights(c.train.seed);
+  TrainingProbes partial(c), whole(c);
+  StepMetrics a, b;
+  partial.measure(*engine, a, /*wq=*/true, /*sigma=*/false, /*attention=*/false);
+  whole.measure(*engine, b, /*wq=*/true, /*sigma=*/true, /*attention=*/false);
+  ASSERT_EQ(a.wq_sigma.size(), std::size_t(c.model.n_layer));
+  EXPECT_EQ(a.wq_sigma, b.wq_sigma);
+  EXPECT_EQ(a.wq_sigma_heads, b.wq_sigma_heads);
+  for (double s : a.wq_sigma) EXPECT_GT(s, 0.0);  // initialized weights: not a zero buffer
 }
 
 TEST_F(Probes, WriteTheirFieldsOnTheirSteps) {
