@@ -11,7 +11,10 @@
 #                                                     # the peer scripts to .peers
 #   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-audit] [--skip-peer-values] [--skip-bench]
 #                                              [--skip-train] [--train-only] [--skip-dist] [--dist-only] [--skip-python] [--python [--full]]
-#                                              [--skip-dist-bench] [--dist-bench-only]
+#                                              [--skip-dist-bench] [--dist-bench-only] [--sweep]
+# --sweep adds the attention sweep of issue 12 (scripts/attention-sweep.sh, about 4 minutes: ours and the
+# cuDNN and FA2 peers over B·H 8-512, T 128-16384, D 64/128, causal and full) after the benchmark;
+# scripts/attention-sweep.sh runs it alone.
 # The Python part (--python: only it, in its quick mode, about 2 minutes; --python --full: all of it,
 # about 10; the whole check runs it full unless --quick): installs the wheel (scripts/build-wheel.sh; pack copies it into
 # the devbin) with pip --no-index into a temporary --target folder, then runs tests/python_gpu (opcheck,
@@ -64,7 +67,7 @@ if [ "${1:-}" = "pack" ]; then
   exit 0
 fi
 
-quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1 train=1 dist=1 train_single=1 python=1 dist_checks=1 dist_bench=1
+quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1 train=1 dist=1 train_single=1 python=1 dist_checks=1 dist_bench=1 sweep=0
 python_mode=  # --quick or --full for device-check-python.sh; --python alone: --quick
 for a in "$@"; do
   case "$a" in
@@ -83,6 +86,7 @@ for a in "$@"; do
     --dist-bench-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 train_single=0 python=0 dist_checks=0 ;;
     --train-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 python=0 ;;
     --skip-python) python=0 ;;
+    --sweep) sweep=1 ;;
     --python) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 train=0 python=1 python_mode=${python_mode:---quick} ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
@@ -312,6 +316,11 @@ for k in shapes:
           f"{r(d['fwd_tflops'], c, 'fwd_tflops')} | {r(d['bwd_tflops'], c, 'bwd_tflops')} | "
           f"{pct(d, rnd, 'fwd_tflops')} / {pct(d, rnd, 'bwd_tflops')} | {pct(alt, d, 'fwd_tflops')} / {pct(alt, d, 'bwd_tflops')} |")
 EOF
+fi
+
+if [ $sweep = 1 ]; then
+  step "attention sweep (scripts/attention-sweep.sh; its table and archive in $OUT/attention-sweep.*)"
+  OUT="$OUT" STABLEFLASH_DEVBIN="$BIN" STABLEFLASH_PEERS="$PEERS" scripts/attention-sweep.sh || status=1
 fi
 
 if [ $train = 1 ] && [ $train_single = 1 ]; then
