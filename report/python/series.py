@@ -46,11 +46,14 @@ def overlay(runs, key, ylabel, reduce=None, log=False, marker=None):
     return fig, ax
 
 
-def panels(runs):
-    """A grid with one panel per run (shared axes, so the panels compare)."""
+def panels(runs, layout=None):
+    """A grid with one panel per run (shared axes, so the panels compare). layout="constrained" for
+    figures with a colour bar: tight_layout() leaves no room for one added afterwards, and its label
+    and tick labels fell off the figure's right edge."""
     ncols = min(len(runs), 4)
     nrows = math.ceil(len(runs) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 3.2 * nrows + 0.6), sharex=True, sharey=True, squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 3.2 * nrows + 0.6), sharex=True, sharey=True, squeeze=False,
+                             layout=layout)
     for ax in axes.flat[len(runs):]:
         ax.set_visible(False)
     return fig, list(axes.flat[: len(runs)])
@@ -108,7 +111,7 @@ def draw_wq_sigma_layers(runs):
 
 
 def draw_wq_sigma_heatmap(runs):
-    fig, axes = panels(runs)
+    fig, axes = panels(runs, layout="constrained")
     # One colour scale for every panel (log: the norms span 1 to 100+), so colours compare across runs.
     everything = [v for r in runs for s in r.series("wq_sigma")[1] for v in finite(s)]
     norm = mcolors.LogNorm(vmin=max(min(everything), 1e-3), vmax=max(everything))
@@ -122,14 +125,13 @@ def draw_wq_sigma_heatmap(runs):
         ax.set_title(run.name, fontsize=8)
     fig.supxlabel("probe step", fontsize=9)
     fig.supylabel("layer", fontsize=9)
-    fig.tight_layout()
     fig.colorbar(image, ax=axes, label="W_Q spectral norm", fraction=0.03, pad=0.02)
     return fig
 
 
 def draw_wq_sigma_heads(runs):
     """Layer x head of each run's last probe: the paper's Fig. 3 picks out the heads that blow up."""
-    fig, axes = panels(runs)
+    fig, axes = panels(runs, layout="constrained")
     last = [(r.series("wq_sigma_heads")[0][-1], r.series("wq_sigma_heads")[1][-1]) for r in runs]
     everything = [v for _, grid in last for row in grid for v in finite(row)]
     norm = mcolors.LogNorm(vmin=max(min(everything), 1e-3), vmax=max(everything))
@@ -141,7 +143,6 @@ def draw_wq_sigma_heads(runs):
         ax.set_title(f"{run.name} (after step {step})", fontsize=8)
     fig.supxlabel("head", fontsize=9)
     fig.supylabel("layer", fontsize=9)
-    fig.tight_layout()
     fig.colorbar(image, ax=axes, label="W_Q spectral norm of the head", fraction=0.03, pad=0.02, format="%.3g")
     return fig
 
@@ -210,8 +211,20 @@ def draw_ties(runs):
     return fig
 
 
+# The δ running sums span 1e-10 (FP32 noise of a compensated δ) to 1e-4 (a rounded δ's drift before
+# the loss jumps) to 1e2 (after it): on a linear axis shared by the panels only the last showed. A
+# symmetric log axis keeps the sign (the bias is a sum of one sign) and the decades; it is linear
+# within ±DELTA_SUM_LINEAR, so sums that small (FP32 noise, early sign changes) lie on the zero line.
+DELTA_SUM_LINEAR = 1e-6
+
+
 def draw_delta_sum(runs):
-    return per_layer_panels(runs, "delta_shadow_sum", "running sum of Σ(δ_used − δ_FP32 output)", lambda v: v)
+    fig = per_layer_panels(runs, "delta_shadow_sum", "running sum of Σ(δ_used − δ_FP32 output)", lambda v: v)
+    for ax in fig.axes:
+        ax.set_yscale("symlog", linthresh=DELTA_SUM_LINEAR)
+        ax.axhline(0, color="black", lw=0.5)
+    fig.tight_layout()
+    return fig
 
 
 def draw_similarity(runs):
@@ -243,7 +256,8 @@ SERIES = [
            draw_ties),
     Series("max_logit", "max_logit", "Largest attention logit", "Over every probed layer and head (sampled rows).", draw_max_logit),
     Series("delta_shadow_sum", "delta_running_sum", "δ running sum (the paper's Fig. 5a)",
-           "Per layer, the running sum over probed steps of Σ(δ_used − δ of the unrounded output): a sum that keeps one sign is the bias.",
+           "Per layer, the running sum over probed steps of Σ(δ_used − δ of the unrounded output): a sum that keeps one sign is the bias. "
+           f"Symmetric log scale, linear within ±{DELTA_SUM_LINEAR:g}.",
            draw_delta_sum),
     Series("rank1_similarity", "rank1_similarity", "Shared direction of the rank-1 terms (the paper's Fig. 4)",
            "Per layer, the mean pairwise cosine of R_i = X_i (PK)_iᵀ over sampled tokens (mean over heads); 1: one shared direction.",

@@ -11,8 +11,11 @@ import tempfile
 import unittest
 
 import matplotlib.image
+import matplotlib.pyplot as plt
 
+import series
 import summary
+from runs import load_run
 
 SOURCE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RECORDED = os.path.join(SOURCE, "docs", "experiments", "failure-2026-11-30")
@@ -187,6 +190,49 @@ class Divergence(unittest.TestCase):
         self.assertIsNone(summary.divergence_step(self.rows(flat[:300] + [5.5])), "exactly 1.5 nats is not above")
         self.assertEqual(summary.divergence_step(self.rows([10.0, float("nan")])), 1)
         self.assertEqual(summary.divergence_step(self.rows([10.0, float("inf")])), 1)
+
+
+class Figures(unittest.TestCase):
+    """The drawing functions on recorded runs, in this process: what a reader must be able to see."""
+
+    @staticmethod
+    def load(*names):
+        return [load_run(os.path.join(RECORDED, n), n) for n in names]
+
+    def test_delta_sum_shows_the_drift_before_the_divergence(self):
+        # rb2 seed 3: the rounded delta's layer-0 sum is 2.2e-4 at step 499 (the loss jumps at 842, the
+        # sum reaches 51 at 1699); the compensated one's is 6.2e-11. On the shared linear axis they
+        # were drawn with first, 2.2e-4 lay on the zero line with the 1e-10 noise.
+        runs = self.load("rb2-standard_rounded-seed3", "rb2-standard_compensated-seed3")
+        fig = series.draw_delta_sum(runs)
+        fig.canvas.draw()
+        rounded, compensated = fig.axes[0], fig.axes[1]
+        step = 499
+        value = dict(zip(*runs[0].series("delta_shadow_sum")))[step][0]
+        self.assertAlmostEqual(value, 2.2e-4, delta=0.1e-4)
+        pixels = lambda ax, v: ax.transData.transform((step, v))[1] - ax.transData.transform((step, 0.0))[1]
+        self.assertGreater(pixels(rounded, value), 40, "the drift before the divergence is not visible")
+        # The sign is kept (a sum of one sign is the bias) and FP32 noise stays on the zero line.
+        self.assertLess(pixels(rounded, -value), -40)
+        noise = dict(zip(*runs[1].series("delta_shadow_sum")))[step][0]
+        self.assertLess(abs(pixels(compensated, noise)), 1)
+        plt.close(fig)
+
+    def test_colour_bars_fit_in_the_figure(self):
+        # Panels and a colour bar: tight_layout() ran before the bar was added, and its label and
+        # tick labels fell off the right edge of the saved PNG.
+        rb3 = self.load(*[f"rb3-{v}-seed1" for v in ["bf16_control", "hashed_compensated", "hashed_rounded", "paper_rounded",
+                                                     "standard_compensated", "standard_rounded"]])
+        rb2 = self.load(*[f"rb2-{v}-seed3" for v in ["standard_rounded", "paper_rounded", "standard_compensated", "hashed_compensated"]])
+        for draw, runs in ((series.draw_wq_sigma_heatmap, rb3), (series.draw_wq_sigma_heads, rb2)):
+            fig = draw(runs)
+            fig.canvas.draw()
+            bar = fig.axes[-1]
+            self.assertEqual(bar.get_label(), "<colorbar>")
+            box = bar.get_tightbbox(fig.canvas.get_renderer())
+            self.assertLessEqual(box.x1, fig.bbox.x1, f"{draw.__name__}: the colour bar's labels are cut off")
+            self.assertIn("W_Q spectral norm", bar.get_ylabel())
+            plt.close(fig)
 
 
 class Browser(unittest.TestCase):
