@@ -12,7 +12,7 @@ namespace stableflash::train {
 using model::cuda::check_cuda;
 
 DataParallelSync::DataParallelSync(Collectives& collectives, optim::ShardPlan plan, cudaStream_t compute)
-    : coll_(collectives), plan_(std::move(plan)), compute_(compute) {
+    : coll_(collectives), plan_(std::move(plan)), compute_(compute), waits_(compute) {
   const std::size_t n = plan_.buckets().size();
   ready_.resize(n), gathered_.resize(n), pending_.assign(n, false);
   for (auto* events : {&ready_, &gathered_})
@@ -25,38 +25,11 @@ DataParallelSync::~DataParallelSync() {
   for (auto* events : {&ready_, &gathered_})
     for (auto e : *events) cudaEventDestroy(e);
   if (reduced_) cudaEventDestroy(reduced_);
-  for (auto [a, b] : timers_) cudaEventDestroy(a), cudaEventDestroy(b);
 }
 
-void DataParallelSync::compute_waits(cudaEvent_t event) {
-  if (!measure_) {
-    check_cuda(cudaStreamWaitEvent(compute_, event), "cudaStreamWaitEvent (communication)");
-    return;
-  }
-  if (timers_used_ == timers_.size()) {
-    cudaEvent_t a = nullptr, b = nullptr;
-    check_cuda(cudaEventCreate(&a), "cudaEventCreate (timing)");
-    check_cuda(cudaEventCreate(&b), "cudaEventCreate (timing)");
-    timers_.push_back({a, b});
-  }
-  // The time between these two events on the compute stream is how long it stood still waiting.
-  const auto [before, after] = timers_[timers_used_++];
-  check_cuda(cudaEventRecord(before, compute_), "cudaEventRecord (timing)");
-  check_cuda(cudaStreamWaitEvent(compute_, event), "cudaStreamWaitEvent (communication)");
-  check_cuda(cudaEventRecord(after, compute_), "cudaEventRecord (timing)");
-}
+void DataParallelSync::compute_waits(cudaEvent_t event) { waits_.wait(event, "cudaStreamWaitEvent (communication)"); }
 
-double DataParallelSync::take_wait_ms() {
-  check_cuda(cudaStreamSynchronize(compute_), "cudaStreamSynchronize (communication timing)");
-  double ms = 0;
-  for (std::size_t i = 0; i < timers_used_; ++i) {
-    float t = 0;
-    check_cuda(cudaEventElapsedTime(&t, timers_[i].first, timers_[i].second), "cudaEventElapsedTime");
-    ms += t;
-  }
-  timers_used_ = 0;
-  return ms;
-}
+double DataParallelSync::take_wait_ms() { return waits_.take_ms(); }
 
 void DataParallelSync::begin_backward(float* grads) {
   grads_ = grads;

@@ -22,6 +22,7 @@
 
 #include "cuda_collectives.hpp"
 #include "stableflash/optim/sharding.hpp"
+#include "timed_stream_wait.hpp"
 
 namespace stableflash::train {
 
@@ -53,7 +54,7 @@ class DataParallelSync {
   // Exposed communication: with measuring on, each wait of the compute stream above is bracketed
   // by timing events. take_wait_ms() synchronizes the compute stream and returns the milliseconds
   // it spent waiting since the last call.
-  void measure_waits(bool on) { measure_ = on; }
+  void measure_waits(bool on) { waits_.measure(on); }
   double take_wait_ms();
 
  private:
@@ -70,9 +71,7 @@ class DataParallelSync {
   float* grads_ = nullptr;
   std::int64_t frontier_ = 0;          // the backward has finished gradients [frontier_, total)
   int next_bucket_ = -1;               // the highest bucket not yet reduced
-  bool measure_ = false;
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timers_;  // timing events around waits, reused
-  std::size_t timers_used_ = 0;
+  TimedStreamWait waits_;              // the compute stream's exposed waits
 };
 
 }  // namespace stableflash::train

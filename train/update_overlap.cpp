@@ -11,7 +11,8 @@ namespace stableflash::train {
 
 using model::cuda::check_cuda;
 
-UpdateOverlap::UpdateOverlap(std::vector<optim::FlatRange> parts, cudaStream_t compute) : parts_(std::move(parts)), compute_(compute) {
+UpdateOverlap::UpdateOverlap(std::vector<optim::FlatRange> parts, cudaStream_t compute)
+    : parts_(std::move(parts)), compute_(compute), waits_(compute) {
   int least = 0, greatest = 0;  // least is the largest number
   check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
   // The lowest priority, below the compute stream's: the update's blocks take what the forward
@@ -30,7 +31,6 @@ UpdateOverlap::~UpdateOverlap() {
   cudaStreamSynchronize(compute_);  // its waits on the events below
   for (auto e : updated_) cudaEventDestroy(e);
   if (computed_) cudaEventDestroy(computed_);
-  for (auto [a, b] : timers_) cudaEventDestroy(a), cudaEventDestroy(b);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -51,21 +51,7 @@ void UpdateOverlap::parameters_needed(std::int64_t offset, std::int64_t count) {
     const std::size_t k = std::size_t(part);
     if (!pending_[k]) continue;
     pending_[k] = false;
-    if (!measure_) {
-      check_cuda(cudaStreamWaitEvent(compute_, updated_[k]), "cudaStreamWaitEvent (part updated)");
-      continue;
-    }
-    if (timers_used_ == timers_.size()) {
-      cudaEvent_t a = nullptr, b = nullptr;
-      check_cuda(cudaEventCreate(&a), "cudaEventCreate (timing)");
-      check_cuda(cudaEventCreate(&b), "cudaEventCreate (timing)");
-      timers_.push_back({a, b});
-    }
-    // The time between these two events on the compute stream is how long it stood still waiting.
-    const auto [before, after] = timers_[timers_used_++];
-    check_cuda(cudaEventRecord(before, compute_), "cudaEventRecord (timing)");
-    check_cuda(cudaStreamWaitEvent(compute_, updated_[k]), "cudaStreamWaitEvent (part updated)");
-    check_cuda(cudaEventRecord(after, compute_), "cudaEventRecord (timing)");
+    waits_.wait(updated_[k], "cudaStreamWaitEvent (part updated)");
   }
 }
 
@@ -77,16 +63,6 @@ bool UpdateOverlap::parameters_pending() const { return std::find(pending_.begin
 
 void UpdateOverlap::synchronize() { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (optimizer)"); }
 
-double UpdateOverlap::take_wait_ms() {
-  check_cuda(cudaStreamSynchronize(compute_), "cudaStreamSynchronize (update timing)");
-  double ms = 0;
-  for (std::size_t i = 0; i < timers_used_; ++i) {
-    float t = 0;
-    check_cuda(cudaEventElapsedTime(&t, timers_[i].first, timers_[i].second), "cudaEventElapsedTime");
-    ms += t;
-  }
-  timers_used_ = 0;
-  return ms;
-}
+double UpdateOverlap::take_wait_ms() { return waits_.take_ms(); }
 
 }  // namespace stableflash::train

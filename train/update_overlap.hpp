@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "stableflash/optim/sharding.hpp"
+#include "timed_stream_wait.hpp"
 
 namespace stableflash::train {
 
@@ -57,7 +58,7 @@ class UpdateOverlap {
   // With measuring on, each wait of the compute stream is bracketed by timing events;
   // take_wait_ms() synchronizes the compute stream and returns the milliseconds it stood waiting
   // since the last call.
-  void measure_waits(bool on) { measure_ = on; }
+  void measure_waits(bool on) { waits_.measure(on); }
   double take_wait_ms();
 
  private:
@@ -67,9 +68,7 @@ class UpdateOverlap {
   cudaEvent_t computed_ = nullptr;     // the compute stream's work before the update
   std::vector<cudaEvent_t> updated_;   // per part: its update is done
   std::vector<bool> pending_;          // per part: updated_ not yet waited for by the compute stream
-  bool measure_ = false;
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timers_;  // timing events around waits, reused
-  std::size_t timers_used_ = 0;
+  TimedStreamWait waits_;              // the compute stream's waits for parts
 };
 
 }  // namespace stableflash::train
