@@ -7,12 +7,15 @@
 The JSONL: a meta line ({"meta": true, "default_policy", "default_delta_source", ...}), then one object
 per measurement: "impl" (stableflash: `stableflash bench attention --json`'s fields; cudnn, flash:
 torch_peers.py `attention`'s per-backend fields, or "error"), B, H, T, D, causal, fwd/bwd ms and TFLOP/s.
-Writes DIR/attention-sweep.md (the table, one row per shape, and the summary; also printed) and, if
+Writes $DIR/attention-sweep.md (the table, one row per shape, and the summary; also printed) and, if
 matplotlib imports, DIR/attention-sweep-{fwd,bwd,vs-cudnn,cure}.png: against T, one panel per
 (D, mask), a line per implementation and B·H. The cure's cost: the time of forward + backward with the
 default's δ (compensated) over the same with the rounded δ, both with the default shift, minus 1.
 """
 import argparse, json, math, os, sys
+
+STEM = "attention-sweep"  # the outputs' common name: the table and the attention-sweep-*.png plots
+TABLE = STEM + ".md"
 
 BENCH = {(16, 12, 1024, 64, True), (16, 12, 1024, 64, False), (8, 16, 4096, 128, True), (2, 16, 16384, 128, True)}
 CURE_BOUND = 3.0  # percent, issue 12
@@ -243,7 +246,7 @@ def plots(meta, rows, out_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("jsonl")
-    ap.add_argument("--out", default=".", help="folder for attention-sweep.md and the PNGs")
+    ap.add_argument("--out", default=".", help=f"folder for the table ({TABLE}) and the PNGs")
     ap.add_argument("--no-plot", action="store_true")
     a = ap.parse_args()
     meta, rows = load(a.jsonl)
@@ -251,7 +254,7 @@ def main():
         sys.exit(f"{a.jsonl}: no measurements")
     os.makedirs(a.out, exist_ok=True)
     text = table(meta, rows)
-    with open(os.path.join(a.out, "attention-sweep.md"), "w") as f:
+    with open(os.path.join(a.out, TABLE), "w") as f:
         f.write(text)
     print(text, end="")
     if not a.no_plot:

@@ -15,7 +15,7 @@
 #
 # Output in $OUT (default /tmp/stableflash-device): attention-sweep.tar.gz (attention-sweep.jsonl, every
 # measurement, one JSON object a line; the table; the plots, if matplotlib imports there; the logs) and
-# attention-sweep.md (the table and the summary, also on stdout). Without matplotlib on the GPU machine,
+# $OUT/attention-sweep.md (the table and the summary, also on stdout). Without matplotlib on the GPU machine,
 # plot here from the JSONL:
 #   PYTHONPATH=.deps/python python3 scripts/attention-sweep-plot.py attention-sweep.jsonl --out DIR
 # Exit status 1 if an oracle check failed or a part produced nothing; reaching 1.0x cuDNN or the 3%
