@@ -13,7 +13,7 @@ using model::cuda::check_cuda;
 
 UpdateOverlap::UpdateOverlap(std::vector<optim::FlatRange> parts, cudaStream_t compute)
     : parts_(std::move(parts)), compute_(compute), waits_(compute) {
-  int least = 0, greatest = 0;  // least is the largest number
+  int least = 0, greatest = 0;  // CUDA numbers priorities downwards: `least` is the largest number
   check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
   // The lowest priority, below the compute stream's: the update's blocks take what the forward
   // leaves (wave tails, gaps between kernels, room beside attention CTAs), and where the forward
