@@ -5,6 +5,7 @@
 # Each run logs every 25 steps the spectral norm of each layer's W_Q (metrics.jsonl: wq_sigma);
 # the table gives the divergence step, final loss and the largest W_Q norm per variant and seed.
 #
+# More controls (not run by default): bf16_tiled_control, fused_control, fp32_attention_control.
 #   scripts/experiment-failure.sh [--steps 1700] [--seeds "1 2 3"] [--round-bits 3] [--variants "a b"] [--optimizer adamw|muon] [--out DIR]
 #
 # --optimizer muon: Muon on the hidden matrices (AdamW on the rest, docs/training.md), same lr (the
@@ -52,6 +53,13 @@ settings() {  # variant -> attention settings
     standard_compensated) echo "policy=standard delta_source=compensated round_bits=$bits" ;;
     hashed_compensated) echo "policy=hashed_offset delta_source=compensated round_bits=$bits" ;;
     bf16_control) echo "policy=standard delta_source=rounded round_bits=7" ;;
+    # Controls that are not in the default set, to compare with other BF16 baselines: the BF16
+    # control with the kernels' own key tiles (several tiles per row, the running shift rescaled
+    # between them, as a flash kernel does); our production kernel (`fused`, BF16 P and O); the
+    # materialized FP32 softmax (`standard`, no BF16 rounding inside attention).
+    bf16_tiled_control) echo "policy=standard delta_source=rounded round_bits=7 tile_k=0" ;;
+    fused_control) echo "numerics=fused policy=standard delta_source=rounded tile_k=0" ;;
+    fp32_attention_control) echo "numerics=standard tile_k=0" ;;
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac
 }
