@@ -203,6 +203,7 @@ struct TopTwoPrepass {
   __device__ float& at(int mi, int hf, int which) const { return slots[((mi * 2 + hf) * 2 + which) * blockDim.x + threadIdx.x]; }
   __device__ std::uint32_t& pair(int mi, int hf, int which) const { return reinterpret_cast<std::uint32_t&>(at(mi, hf, which)); }
   __device__ void reset(int mi, int hf) const {
+    if (slots == nullptr) return;  // a kernel without the pre-pass (the warp-specialized forward) passes none
     if constexpr (kPaper) {
       pair(mi, hf, 0) = pair(mi, hf, 1) = kNegInfPair;
     } else {
