@@ -37,7 +37,7 @@ FlatRange GradientBucket::norm_slice(int rank, int world) const {
 }
 
 ShardPlan ShardPlan::make(const std::vector<model::ParamTensor>& tensors, OptimizerKind kind, int world, std::int64_t bucket_elements,
-                          bool replicate_all) {
+                          bool replicate_all, bool split_token_embedding) {
   if (world < 1) throw std::invalid_argument("shard plan: world size " + std::to_string(world) + " < 1");
   if (bucket_elements < world)
     throw std::invalid_argument("shard plan: buckets of " + std::to_string(bucket_elements) + " elements cannot be split over " +
@@ -52,21 +52,34 @@ ShardPlan ShardPlan::make(const std::vector<model::ParamTensor>& tensors, Optimi
       muon_hi = std::max(muon_hi, t.offset + t.size);
     }
   }
-  // Regions between forced cuts: [0, sharded end) is sharded except Muon's span (widened to
+  // The token embedding split: wte first in the layout, Vp rows that the ranks share evenly, and
+  // parameters above it (else there is nothing to overlap its reduction with).
+  std::int64_t base = 0;  // the regions below start here; the split's bucket is [0, base)
+  if (split_token_embedding)
+    for (const auto& t : tensors)
+      if (t.name == "transformer.wte.weight" && t.offset == 0 && t.is_2d() && t.shape[0] % world == 0 && t.size < p.total_ &&
+          (muon_lo < 0 || muon_lo >= t.size)) {
+        p.embedding_ = {t.shape[0], t.shape[1]};
+        base = t.size;
+      }
+  // Regions between forced cuts: [base, sharded end) is sharded except Muon's span (widened to
   // multiples of the world size), and the last total % world elements are replicated.
   const std::int64_t w = world, sharded_end = round_down(p.total_, w);
   std::vector<GradientBucket> descending;
   if (sharded_end < p.total_) descending.push_back({{sharded_end, p.total_}, true});
   if (replicate_all) {
-    cut_region(0, sharded_end, bucket_elements, w, true, descending);
+    cut_region(base, sharded_end, bucket_elements, w, true, descending);
   } else if (muon_lo < 0) {
-    cut_region(0, sharded_end, bucket_elements, w, false, descending);
+    cut_region(base, sharded_end, bucket_elements, w, false, descending);
   } else {
-    const std::int64_t hi = std::min(sharded_end, round_up(muon_hi, w)), lo = std::min(hi, round_down(muon_lo, w));
+    const std::int64_t hi = std::min(sharded_end, round_up(muon_hi, w)), lo = std::max(base, std::min(hi, round_down(muon_lo, w)));
     cut_region(hi, sharded_end, bucket_elements, w, false, descending);
     cut_region(lo, hi, bucket_elements, w, true, descending);
-    cut_region(0, lo, bucket_elements, w, false, descending);
+    cut_region(base, lo, bucket_elements, w, false, descending);
   }
+  // One bucket, whatever bucket_elements says: its pieces must be whole rows, and its reduction
+  // overlaps the whole backward anyway.
+  if (base > 0) descending.push_back({{0, base}, replicate_all});
   p.buckets_.assign(descending.rbegin(), descending.rend());
   return p;
 }
@@ -101,6 +114,24 @@ std::pair<int, int> ShardPlan::buckets_touching(FlatRange r) const {
                                       [](std::int64_t x, const GradientBucket& b) { return x < b.range.end; });
   const auto last = std::lower_bound(first, buckets_.end(), r.end, [](const GradientBucket& b, std::int64_t x) { return b.range.begin < x; });
   return {int(first - buckets_.begin()), int(last - buckets_.begin())};
+}
+
+FlatRange ShardPlan::owned_token_rows(int rank) const {
+  if (!token_embedding()) throw std::logic_error("shard plan: no token embedding split");
+  const GradientBucket& b = buckets_.front();
+  const FlatRange r = b.owned(rank, world_);
+  return {r.begin / embedding_.row_size, r.end / embedding_.row_size};
+}
+
+std::vector<FlatRange> ShardPlan::token_rows_by_owner(std::span<const int> ascending_ids) const {
+  std::vector<FlatRange> out;
+  for (int q = 0; q < world_; ++q) {
+    const FlatRange rows = owned_token_rows(q);
+    const auto first = std::lower_bound(ascending_ids.begin(), ascending_ids.end(), rows.begin);
+    const auto last = std::lower_bound(first, ascending_ids.end(), rows.end);
+    out.push_back({first - ascending_ids.begin(), last - ascending_ids.begin()});
+  }
+  return out;
 }
 
 std::pair<int, int> ranges_touching(const std::vector<FlatRange>& ascending, FlatRange r) {

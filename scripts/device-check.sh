@@ -464,12 +464,17 @@ EOF
   timeout 240 "$BIN"/stableflash bench train --preset gpt2-124m --gpus 2 --set train.grad_accum=2 --json "$OUT/dist-bench.jsonl" || status=1
   timeout 240 "$BIN"/stableflash bench train --preset gpt2-124m --gpus 2 --set train.grad_accum=2 --set dist.zero_stage=0 \
     --json "$OUT/dist-bench.jsonl" || status=1
+  # the token embedding split off (dist.split_embedding, docs/training.md): wte reduced whole after the backward, as before it
+  timeout 240 "$BIN"/stableflash bench train --preset gpt2-124m --gpus 2 --set train.grad_accum=2 --set dist.split_embedding=false \
+    --json "$OUT/dist-bench.jsonl" || status=1
   python3 - "$OUT/dist-bench.jsonl" <<'EOF' | tee "$OUT/dist-table.md"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 one = next(r for r in rows if r["ranks"] == 1)
 for r in rows:
     scheme = "" if r["ranks"] == 1 else (", ZeRO-1" if r.get("zero_stage", 1) == 1 else ", all-reduce")
+    if r["ranks"] > 1 and not r.get("split_embedding", True):
+        scheme += ", wte unsplit"
     peaks = " / ".join(f"{p:.2f}" for p in r.get("peak_mem_gib_per_rank", [r["peak_mem_gib"]]))
     waits = " / ".join(f"{100 * x:.1f}%" for x in r.get("communication_wait_share_per_rank", [0.0]))
     print(f"| {r['ranks']} GPU(s){scheme} | B {r['B']} x accumulation {r['grad_accum']} | {r['ms_per_step']:.2f} ms/step | "

@@ -163,6 +163,7 @@ const std::vector<Key>& keys() {
       SF_KEY("data.val_split", data.val_split),
       SF_KEY("dist.zero_stage", dist.zero_stage),
       SF_KEY("dist.bucket_mb", dist.bucket_mb),
+      SF_KEY("dist.split_embedding", dist.split_embedding),
   };
   return table;
 }
@@ -484,7 +485,8 @@ std::vector<std::string> resume_mismatches(const TrainConfig& ckpt, const TrainC
   // order).
   static const std::vector<std::string> free_keys = {"train.steps", "train.val_every", "train.val_batches", "train.checkpoint_every",
                                                      "train.keep_checkpoints", "train.deterministic", "train.overlap_optimizer",
-                                                     "train.probe_every", "data.dir", "dist.zero_stage", "dist.bucket_mb"};
+                                                     "train.probe_every", "data.dir", "dist.zero_stage", "dist.bucket_mb",
+                                                     "dist.split_embedding"};
   std::map<std::string, std::string> a, b;
   for (const auto& [k, v] : ckpt.entries()) a[k] = v;
   for (const auto& [k, v] : run.entries()) b[k] = v;

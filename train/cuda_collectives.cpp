@@ -75,6 +75,25 @@ void Collectives::all_gather_in_place(float* bucket, std::int64_t count) {
   check(ncclAllGather(bucket + world_.rank * piece, bucket, std::size_t(piece), ncclFloat, comm_, stream_), "ncclAllGather (parameters)");
 }
 
+void Collectives::all_gather_counts(std::int32_t* values, std::int64_t per_rank) {
+  check(ncclAllGather(values + world_.rank * per_rank, values, std::size_t(per_rank), ncclInt32, comm_, stream_), "ncclAllGather (counts)");
+}
+
+void Collectives::exchange_rows(std::span<const RowTransfer> transfers, std::int64_t row_size) {
+  check(ncclGroupStart(), "ncclGroupStart (row exchange)");
+  for (const RowTransfer& t : transfers) {
+    if (t.send_count > 0) {
+      check(ncclSend(t.send_rows, std::size_t(t.send_count * row_size), ncclFloat, t.peer, comm_, stream_), "ncclSend (rows)");
+      check(ncclSend(t.send_ids, std::size_t(t.send_count), ncclInt32, t.peer, comm_, stream_), "ncclSend (row ids)");
+    }
+    if (t.recv_count > 0) {
+      check(ncclRecv(t.recv_rows, std::size_t(t.recv_count * row_size), ncclFloat, t.peer, comm_, stream_), "ncclRecv (rows)");
+      check(ncclRecv(t.recv_ids, std::size_t(t.recv_count), ncclInt32, t.peer, comm_, stream_), "ncclRecv (row ids)");
+    }
+  }
+  check(ncclGroupEnd(), "ncclGroupEnd (row exchange)");
+}
+
 double Collectives::sum(double value) {
   host_scalars_[0] = value;
   check_cuda(cudaMemcpyAsync(scalars_, host_scalars_, sizeof(double), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");

@@ -39,6 +39,22 @@ class Collectives {
   void reduce_scatter_in_place(float* bucket, std::int64_t count);
   // Every rank's r-th piece of bucket[0, count) to every rank, in place.
   void all_gather_in_place(float* bucket, std::int64_t count);
+  // Every rank's values[rank * per_rank, (rank + 1) * per_rank) to every rank, in place (device
+  // int32 values, for counts).
+  void all_gather_counts(std::int32_t* values, std::int64_t per_rank);
+  // Rows of `row_size` floats with their int32 ids, to and from peers, in one NCCL group: each
+  // transfer sends send_count rows (and ids) to `peer` and receives recv_count from it. Every peer
+  // must post the matching counts; zero counts move nothing.
+  struct RowTransfer {
+    int peer = 0;
+    const float* send_rows = nullptr;
+    const std::int32_t* send_ids = nullptr;
+    std::int64_t send_count = 0;
+    float* recv_rows = nullptr;
+    std::int32_t* recv_ids = nullptr;
+    std::int64_t recv_count = 0;
+  };
+  void exchange_rows(std::span<const RowTransfer> transfers, std::int64_t row_size);
 
   // Host values, synchronous (they wait for the communication stream's earlier work):
   // the sum over the ranks (NCCL's order), and every rank's value in rank order.

@@ -10,7 +10,9 @@
 // parameters bucket by bucket while the rest updates and the next forward starts; the gradient
 // norm is summed from per-rank parts in rank order. With dist.zero_stage = 0 the buckets are
 // all-reduced and every rank runs the whole, identical optimizer step. Either way every rank
-// keeps identical weights; the loss is summed the same way.
+// keeps identical weights; the loss is summed the same way. With dist.split_embedding (the
+// default) the tied wte's classifier gradient is reduced right after the classifier and only the
+// embedding lookup's rows at the end (data_parallel_sync.hpp).
 //
 // One process (and stage 0), with train.overlap_optimizer (off by default): the optimizer step runs
 // on a second stream (update_overlap.hpp): the norm and the clipping factor are computed on the
@@ -56,7 +58,7 @@ std::optional<optim::ShardPlan> plan_for(const TrainConfig& config, const model:
   if (!world.uses_collectives()) return std::nullopt;
   const auto bucket_elements = std::max<std::int64_t>(world.size, std::int64_t(config.dist.bucket_mb * 1e6 / sizeof(float)));
   return optim::ShardPlan::make(model.tensors(), config.optim.kind, world.size, bucket_elements,
-                                /*replicate_all=*/config.dist.zero_stage == 0);
+                                /*replicate_all=*/config.dist.zero_stage == 0, config.dist.split_embedding);
 }
 
 // The overlapped optimizer step where it applies (one process or stage 0, train.overlap_optimizer).
@@ -83,7 +85,7 @@ class CudaEngine final : public TrainingEngine {
     if (!plan_) return;
     const auto compute = static_cast<cudaStream_t>(model_.stream());
     collectives_ = std::make_unique<Collectives>(world, compute);
-    sync_ = std::make_unique<DataParallelSync>(*collectives_, *plan_, compute);
+    sync_ = std::make_unique<DataParallelSync>(*collectives_, *plan_, compute, std::int64_t(config.train.batch_size) * config.train.seq_len);
     if (zero_) model_.set_parameters_needed([this](std::int64_t offset, std::int64_t count) { sync_->parameters_needed(offset, count); });
   }
 
@@ -174,11 +176,14 @@ class CudaEngine final : public TrainingEngine {
       model_.train_micro_batch(tokens, targets, batch, len, loss_scale);
       return check_forward_waited();
     }
-    sync_->begin_backward(model_.grads());
+    sync_->begin_backward(model_.grads(), tokens);
     model_.set_gradient_ready([this](std::int64_t offset, std::int64_t count) { sync_->gradient_ready(offset, count); });
+    if (sync_->splits_token_embedding())
+      model_.set_token_embedding_split(sync_->embedding_rows(), [this] { sync_->token_embedding_dense_ready(); });
     model_.train_micro_batch(tokens, targets, batch, len, loss_scale);
     model_.set_gradient_ready({});
-    sync_->end_backward();
+    model_.set_token_embedding_split(nullptr, {});
+    sync_->end_backward(model_.staged_token_ids(), model_.staged_token_ids_device());
     check_forward_waited();
   }
   void eval_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len) override {

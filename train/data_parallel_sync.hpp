@@ -11,16 +11,28 @@
 //   next forward: before it reads a range (the model's parameters-needed hook), the compute
 //     stream waits for the gathers of the buckets in it (an exposed wait when not done yet).
 // Every rank thus holds identical FP32 master weights and BF16 copies after each step.
+//
+// With the plan's token embedding split (optim/sharding.hpp), wte's bucket goes out as soon as the
+// classifier's product is queued (the model's dense-ready hook), before every layer's; the
+// embedding lookup's rows (written apart by the model, one per distinct token of the batch) go at
+// the end only to the rank that owns them, counted ahead (an all-gather of per-owner counts queued
+// before the forward), and the owner adds them to its reduced wte rows in rank order:
+//   owner's wte gradient = (sum over ranks of the dense parts, NCCL) + rows of rank 0 + rows of rank 1 + ...
+// instead of sum over ranks of (dense + rows): a different FP32 summation order than without the
+// split (and than one GPU), fixed for a given world size, and the same in ZeRO-1 and all-reduce.
+// What stays exposed after the backward: the lowest buckets (wpe, layer 0) and these rows.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "cuda_collectives.hpp"
+#include "stableflash/model/cuda/device_array.hpp"
 #include "stableflash/optim/sharding.hpp"
 #include "timed_stream_wait.hpp"
 
@@ -28,7 +40,8 @@ namespace stableflash::train {
 
 class DataParallelSync {
  public:
-  DataParallelSync(Collectives& collectives, optim::ShardPlan plan, cudaStream_t compute);
+  // max_rows: the most rows (batch x sequence) of a micro-batch (the split's row buffers).
+  DataParallelSync(Collectives& collectives, optim::ShardPlan plan, cudaStream_t compute, std::int64_t max_rows);
   ~DataParallelSync();
   DataParallelSync(const DataParallelSync&) = delete;
   DataParallelSync& operator=(const DataParallelSync&) = delete;
@@ -37,9 +50,15 @@ class DataParallelSync {
 
   // Around the backward of a step's last micro-batch; gradient_ready is the model's hook. Throws
   // std::logic_error naming the rank when the backward announces ranges out of order or misses some.
-  void begin_backward(float* grads);
+  // With the token embedding split: `tokens` are the micro-batch's input ids (before its forward is
+  // queued), token_embedding_dense_ready() is the model's dense-ready hook, the model writes the
+  // lookup rows to embedding_rows(), and end_backward gets the staged distinct ids (host and device).
+  void begin_backward(float* grads, std::span<const int> tokens = {});
   void gradient_ready(std::int64_t offset, std::int64_t count);
-  void end_backward();
+  void token_embedding_dense_ready();
+  float* embedding_rows() { return rows_.get(); }  // [max_rows, C]; null without the split
+  bool splits_token_embedding() const { return plan_.token_embedding() != nullptr; }
+  void end_backward(std::span<const int> staged_ids = {}, const int* staged_ids_device = nullptr);
 
   // Queues the all-gather of bucket `bucket` after the compute stream's work so far (its update).
   // Replicated buckets: nothing to do (every rank updated all of it).
@@ -60,6 +79,7 @@ class DataParallelSync {
  private:
   void issue_reduction(int bucket);
   void compute_waits(cudaEvent_t event);
+  void exchange_embedding_rows(std::span<const int> staged_ids, const int* staged_ids_device);
 
   Collectives& coll_;
   optim::ShardPlan plan_;
@@ -72,6 +92,16 @@ class DataParallelSync {
   std::int64_t frontier_ = 0;          // the backward has finished gradients [frontier_, total)
   int next_bucket_ = -1;               // the highest bucket not yet reduced
   TimedStreamWait waits_;              // the compute stream's exposed waits
+  // The token embedding split (none: all empty).
+  std::int64_t max_rows_ = 0;
+  model::cuda::DeviceArray<float> rows_;          // [max_rows, C] this rank's lookup rows, ascending ids
+  model::cuda::DeviceArray<float> recv_rows_;     // [world - 1, max_rows, C] from each peer (peer_slot)
+  model::cuda::DeviceArray<std::int32_t> recv_ids_;  // [world - 1, max_rows]
+  model::cuda::DeviceArray<std::int32_t> counts_;    // [world, world]: rows rank r sends rank q at r * world + q
+  std::int32_t* host_counts_ = nullptr;           // pinned, [world + world * world]: this rank's row, then all
+  cudaEvent_t counts_ready_ = nullptr, rows_ready_ = nullptr;
+  bool dense_embedding_issued_ = false;
+  std::vector<char> present_;                     // host scratch [Vp]: the batch's ids
 };
 
 }  // namespace stableflash::train

@@ -88,7 +88,7 @@ int run_train(const BenchTrainCommand& c) {
                   "\"loss\": %.6f, \"parameters\": %lld, \"forward_ms\": %.4f, \"forward_backward_ms\": %.4f, \"optimizer_ms\": %.4f, "
                   "\"optimizer_overlapped\": %s, \"optimizer_wait_ms\": %.4f, "
                   "\"communication_wait_ms\": %.4f, \"communication_wait_share\": %.5f, \"peak_mem_gib_per_rank\": [%s], "
-                  "\"communication_wait_share_per_rank\": [%s], \"zero_stage\": %d, \"bucket_mb\": %g, "
+                  "\"communication_wait_share_per_rank\": [%s], \"zero_stage\": %d, \"bucket_mb\": %g, \"split_embedding\": %s, "
                   "\"wq_probe_ms\": %.4f, \"attention_probe_ms\": %.4f, \"sigma_probe_ms\": %.4f, \"probe_share\": %.5f, "
                   "\"method\": \"median of 5 windows\"}\n",
                   config.preset.c_str(), r.device.c_str(), r.ranks, config.train.batch_size, config.train.seq_len, config.train.grad_accum,
@@ -97,7 +97,7 @@ int run_train(const BenchTrainCommand& c) {
                   r.optimizer_overlapped ? "true" : "false", r.optimizer_wait_ms, r.communication_wait_ms,
                   r.communication_wait_share, list(r.peak_memory_gib_per_rank, "%.4f", 1.0).c_str(),
                   list(r.communication_wait_share_per_rank, "%.5f", 1.0).c_str(), config.dist.zero_stage, config.dist.bucket_mb,
-                  r.wq_probe_ms, r.attention_probe_ms, r.sigma_probe_ms, r.probe_share());
+                  config.dist.split_embedding ? "true" : "false", r.wq_probe_ms, r.attention_probe_ms, r.sigma_probe_ms, r.probe_share());
     out << line;
   }
   return 0;

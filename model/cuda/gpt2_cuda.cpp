@@ -117,6 +117,8 @@ struct Gpt2Cuda::Impl {
   std::vector<int> token_starts;  // [Vp + 1] the counting sort's bucket starts (host scratch)
   GradientReady gradient_ready;
   ParametersNeeded parameters_needed;
+  float* embedding_rows = nullptr;        // the token embedding split's lookup rows [N, C], or none
+  std::function<void()> embedding_dense_ready;
   float* loss_host = nullptr;  // pinned
 
   // Probes (request_capture): allocated on the first probe step that needs them.
@@ -330,6 +332,15 @@ void Gpt2Cuda::zero_grad() { impl_->grads.zero(impl_->stream); }
 
 void Gpt2Cuda::set_gradient_ready(GradientReady hook) { impl_->gradient_ready = std::move(hook); }
 void Gpt2Cuda::set_parameters_needed(ParametersNeeded hook) { impl_->parameters_needed = std::move(hook); }
+void Gpt2Cuda::set_token_embedding_split(float* rows, std::function<void()> dense_ready) {
+  impl_->embedding_rows = rows;
+  impl_->embedding_dense_ready = std::move(dense_ready);
+}
+std::span<const int> Gpt2Cuda::staged_token_ids() const {
+  const Impl& m = *impl_;
+  return {m.slots[m.next_slot ^ 1].pinned + BatchLayout{m.n_max()}.ids(), std::size_t(m.distinct)};
+}
+const int* Gpt2Cuda::staged_token_ids_device() const { return impl_->batch_dev.get() + BatchLayout{impl_->n_max()}.ids(); }
 
 // Copies a micro-batch to the device, with the rows of each token id grouped (ascending) for the
 // embedding backward: a counting sort (token_groups.hpp), the order std::stable_sort gave, in
@@ -483,6 +494,8 @@ void Gpt2Cuda::Impl::backward(int batch, int seq) {
   const int C = config.n_embd, H = config.n_head, D = config.head_dim();
   const std::int64_t N = std::int64_t(batch) * seq, NC = N * C;
   const BatchLayout bl{n_max()};
+  // wte's classifier part is queued (classifier()): the data-parallel trainer may reduce it now.
+  if (embedding_rows && embedding_dense_ready) embedding_dense_ready();
   d_res.zero(stream);
   cuda::layernorm_backward(d_res.get(), d_res16.get(), grad(lnf_w), grad(lnf_b), d_ln.get(), layers.back().res3.get(), param(lnf_w),
                            lnf_mean.get(), lnf_rstd.get(), int(N), C, scratch.get(), stream);
@@ -538,8 +551,14 @@ void Gpt2Cuda::Impl::backward(int batch, int seq) {
     const std::int64_t end = l + 1 == config.n_layer ? lnf_w : offsets[std::size_t(l) + 1].ln1_w;
     if (gradient_ready) gradient_ready(o.ln1_w, end - o.ln1_w);
   }
-  cuda::encoder_backward(grad(wte), grad(wpe), d_res.get(), batch_dev.get() + bl.ids(), batch_dev.get() + bl.offsets(),
-                         batch_dev.get() + bl.rows(), distinct, batch, seq, C, stream);
+  if (embedding_rows) {  // wpe as always, wte's lookup rows apart (set_token_embedding_split)
+    cuda::encoder_backward(nullptr, grad(wpe), d_res.get(), nullptr, nullptr, nullptr, 0, batch, seq, C, stream);
+    cuda::embedding_rows_backward(embedding_rows, d_res.get(), batch_dev.get() + bl.offsets(), batch_dev.get() + bl.rows(), distinct, C,
+                                  stream);
+  } else {
+    cuda::encoder_backward(grad(wte), grad(wpe), d_res.get(), batch_dev.get() + bl.ids(), batch_dev.get() + bl.offsets(),
+                           batch_dev.get() + bl.rows(), distinct, batch, seq, C, stream);
+  }
   if (gradient_ready) gradient_ready(0, offsets[0].ln1_w);
 }
 

@@ -87,6 +87,25 @@ __global__ void encoder_backward_wte_kernel(float* dwte, const float* dx, const 
   dwte[std::int64_t(token_ids[u]) * C + c] += s;
 }
 
+// rows[u, c] = the sum encoder_backward_wte_kernel adds (the same loop, so the same bits).
+__global__ void embedding_rows_backward_kernel(float* rows, const float* dx, const int* token_offsets, const int* token_rows,
+                                               int distinct, int C) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= std::int64_t(distinct) * C) return;
+  const int u = int(i / C), c = int(i % C);
+  float s = 0.0f;
+  for (int k = token_offsets[u]; k < token_offsets[u + 1]; ++k) s += dx[std::int64_t(token_rows[k]) * C + c];
+  rows[i] = s;
+}
+
+// dwte[ids[u], c] += rows[u, c]; distinct ids, so no two threads write the same element.
+__global__ void add_embedding_rows_kernel(float* dwte, const float* rows, const int* ids, int count, int C) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= std::int64_t(count) * C) return;
+  const int u = int(i / C), c = int(i % C);
+  dwte[std::int64_t(ids[u]) * C + c] += rows[i];
+}
+
 // ---------------------------------------------------------------------------------------------
 // LayerNorm
 
@@ -477,6 +496,20 @@ void encoder_backward(float* dwte, float* dwpe, const float* dx, const int* toke
         dwte, dx, token_ids, token_offsets, token_rows, distinct, C);
     check_cuda(cudaGetLastError(), "encoder_backward_wte_kernel");
   }
+}
+
+void embedding_rows_backward(float* rows, const float* dx, const int* token_offsets, const int* token_rows, int distinct, int C,
+                             cudaStream_t stream) {
+  if (distinct <= 0 || C == 0) return;
+  embedding_rows_backward_kernel<<<unsigned(ceil_div(std::int64_t(distinct) * C, kThreads)), kThreads, 0, stream>>>(
+      rows, dx, token_offsets, token_rows, distinct, C);
+  check_cuda(cudaGetLastError(), "embedding_rows_backward_kernel");
+}
+
+void add_embedding_rows(float* dwte, const float* rows, const int* ids, int count, int C, cudaStream_t stream) {
+  if (count <= 0 || C == 0) return;
+  add_embedding_rows_kernel<<<unsigned(ceil_div(std::int64_t(count) * C, kThreads)), kThreads, 0, stream>>>(dwte, rows, ids, count, C);
+  check_cuda(cudaGetLastError(), "add_embedding_rows_kernel");
 }
 
 void layernorm_forward(bf16_t* ln_out, float* mean, float* rstd, float* residual_out, const float* residual_in,

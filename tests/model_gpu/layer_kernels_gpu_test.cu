@@ -220,6 +220,43 @@ TEST(EncoderGpu, BackwardRepeatedTokensMatchesCpuAndIsDeterministic) {
   }
 }
 
+// The token embedding split of data-parallel training: the lookup rows written apart and added
+// later leave encoder_backward's bits (the same per-row sum, then the same one FP32 addition).
+TEST(EncoderGpu, SplitRowsAddedLaterAreEncoderBackwardBitwise) {
+  SF_REQUIRE_GPU();
+  struct Case { int B, T, C, V; };
+  for (const Case k : {Case{1, 1, 4, 3}, Case{2, 17, 20, 5}, Case{4, 64, 768, 37}}) {
+    SCOPED_TRACE("B=" + std::to_string(k.B) + " T=" + std::to_string(k.T) + " C=" + std::to_string(k.C));
+    SplitMix64 rng(13, k.C * 1000 + k.T);
+    const int N = k.B * k.T;
+    std::vector<int> tokens(N);
+    for (auto& t : tokens) t = int(rng.next() % k.V);
+    std::map<int, std::vector<int>> groups;
+    for (int n = 0; n < N; ++n) groups[tokens[n]].push_back(n);
+    std::vector<int> ids, offsets{0}, rows;
+    for (const auto& [tok, rs] : groups) {
+      ids.push_back(tok);
+      rows.insert(rows.end(), rs.begin(), rs.end());
+      offsets.push_back(int(rows.size()));
+    }
+    const int distinct = int(ids.size());
+    const auto dx = normal_f32(rng, std::size_t(N) * k.C, 1.0);
+    const auto wte0 = normal_f32(rng, std::size_t(k.V) * k.C, 0.5);  // the classifier's part, already there
+    const auto wpe0 = normal_f32(rng, std::size_t(k.T) * k.C, 0.5);
+    Buf<float> d_dx(dx), d_wte(wte0), d_wpe(wpe0), d_split(wte0), d_rows(std::vector<float>(std::size_t(distinct) * k.C, -1.0f));
+    Buf<int> d_ids(ids), d_off(offsets), d_grp(rows);
+    mc::encoder_backward(d_wte.get(), d_wpe.get(), d_dx.get(), d_ids.get(), d_off.get(), d_grp.get(), distinct, k.B, k.T, k.C, nullptr);
+    mc::embedding_rows_backward(d_rows.get(), d_dx.get(), d_off.get(), d_grp.get(), distinct, k.C, nullptr);
+    // Added in two calls (the rows of two senders): the rows are independent.
+    const int half = distinct / 2;
+    mc::add_embedding_rows(d_split.get(), d_rows.get(), d_ids.get(), half, k.C, nullptr);
+    mc::add_embedding_rows(d_split.get(), d_rows.get() + std::size_t(half) * k.C, d_ids.get() + half, distinct - half, k.C, nullptr);
+    EXPECT_TRUE(bitwise_equal(d_split.download(), d_wte.download())) << "split rows differ from encoder_backward's";
+    EXPECT_TRUE(d_rows.guards_intact());
+    EXPECT_TRUE(d_split.guards_intact());
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 TEST(LayerNormGpu, ForwardMatchesCpuAndIsDeterministic) {

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <random>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
@@ -253,5 +256,146 @@ TEST(ShardPlan, ErrorsNameTheRankAndSizes) {
   EXPECT_THROW(put_shard(p, 2, ok, full), std::invalid_argument);
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Token embedding split (the trainer's data_parallel_sync.hpp follows it).
+
+TEST(ShardPlan, TokenEmbeddingSplitIsOneBucketOfWholeRowsPerRank) {
+  const auto t = gpt2_124m();
+  const std::int64_t Vp = 50304, C = 768, bucket = 25'000'000 / 4;
+  for (bool replicate_all : {false, true})
+    for (int W : {1, 2, 3, 4, 8}) {  // divisors of 50304 = 2^7 3 131
+      SCOPED_TRACE("world " + std::to_string(W) + (replicate_all ? ", all-reduce" : ", ZeRO-1"));
+      const ShardPlan p = ShardPlan::make(t, OptimizerKind::adamw, W, bucket, replicate_all, /*split_token_embedding=*/true);
+      expect_consistent(p);
+      ASSERT_NE(p.token_embedding(), nullptr);
+      EXPECT_EQ(p.token_embedding()->rows, Vp);
+      EXPECT_EQ(p.token_embedding()->row_size, C);
+      EXPECT_EQ(p.buckets().front().range, (FlatRange{0, Vp * C}));
+      EXPECT_EQ(p.buckets().front().replicated, replicate_all);
+      // Above wte: the usual buckets, cut from the top.
+      for (std::size_t i = 1; i < p.buckets().size(); ++i) EXPECT_LE(p.buckets()[i].range.size(), bucket);
+      for (std::size_t i = 2; i < p.buckets().size(); ++i) EXPECT_GT(p.buckets()[i].range.size(), bucket - W);
+      std::int64_t at = 0;
+      for (int q = 0; q < W; ++q) {
+        const FlatRange rows = p.owned_token_rows(q);
+        if (replicate_all) {
+          EXPECT_EQ(rows, (FlatRange{0, Vp}));
+        } else {
+          // Whole rows, rank q's piece of bucket 0: Vp / W rows in rank order.
+          EXPECT_EQ(rows, (FlatRange{at, at + Vp / W}));
+          EXPECT_EQ(p.buckets().front().owned(q, W), (FlatRange{rows.begin * C, rows.end * C}));
+          at = rows.end;
+        }
+      }
+      if (!replicate_all) EXPECT_EQ(p.owned_count() * W, p.total());
+    }
+  // 50304 % 5 != 0: no split, the plan without it.
+  const ShardPlan five = ShardPlan::make(t, OptimizerKind::adamw, 5, bucket, false, true);
+  EXPECT_EQ(five.token_embedding(), nullptr);
+  const ShardPlan plain = ShardPlan::make(t, OptimizerKind::adamw, 5, bucket);
+  ASSERT_EQ(five.buckets().size(), plain.buckets().size());
+  for (std::size_t i = 0; i < plain.buckets().size(); ++i) EXPECT_EQ(five.buckets()[i].range, plain.buckets()[i].range);
+  // Muon: wte (AdamW) split, the hidden matrices still replicated whole.
+  const ShardPlan muon = ShardPlan::make(t, OptimizerKind::muon, 2, bucket, false, true);
+  expect_consistent(muon);
+  ASSERT_NE(muon.token_embedding(), nullptr);
+  for (const auto& x : t) {
+    if (x.role != ParamRole::hidden_matrix) continue;
+    const auto [first, last] = muon.buckets_touching({x.offset, x.offset + x.size});
+    for (int b = first; b < last; ++b) EXPECT_TRUE(muon.buckets()[std::size_t(b)].replicated) << x.name;
+  }
+}
+
+TEST(ShardPlan, TokenRowsByOwnerSplitsAscendingIdsAtTheOwnersRows) {
+  const auto t = gpt2_124m();
+  const ShardPlan p = ShardPlan::make(t, OptimizerKind::adamw, 4, 6'250'000, false, true);
+  const int Q = 50304 / 4;  // rows per rank
+  const std::vector<int> ids = {0, 5, Q - 1, 2 * Q, 2 * Q + 1, 4 * Q - 1};
+  const auto runs = p.token_rows_by_owner(ids);
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_EQ(runs[0], (FlatRange{0, 3}));
+  EXPECT_EQ(runs[1], (FlatRange{3, 3}));  // none of rank 1's rows
+  EXPECT_EQ(runs[2], (FlatRange{3, 5}));
+  EXPECT_EQ(runs[3], (FlatRange{5, 6}));
+  EXPECT_TRUE(p.token_rows_by_owner({})[2].empty());
+  const ShardPlan all = ShardPlan::make(t, OptimizerKind::adamw, 4, 6'250'000, /*replicate_all=*/true, true);
+  for (const FlatRange& r : all.token_rows_by_owner(ids)) EXPECT_EQ(r, (FlatRange{0, 6}));  // everyone needs every row
+  EXPECT_THROW(ShardPlan::make(t, OptimizerKind::adamw, 4, 6'250'000).owned_token_rows(0), std::logic_error);
+}
+
+// W simulated ranks, each with a dense wte gradient (the classifier's) and lookup rows for its
+// batch's distinct ids. What the trainer computes with the split: the dense parts summed (NCCL:
+// ascending ranks here), then each owner adds the rows the other ranks sent it (the runs of
+// token_rows_by_owner, which is what they send) and its own, in rank order. Against the dense
+// reduction (every rank adds its rows first, then the sum over ranks), both in FP32, and the FP64
+// sum: each is a recursive FP32 sum of at most 2W terms, so it errs by at most
+// (2W - 1) u sum|terms| (first order, u = 2^-24). A row lost, sent twice or sent to the wrong
+// owner is off by a whole row, far outside that.
+TEST(ShardPlan, SplitEmbeddingReductionMatchesTheDenseOneWithinTheSummationBound) {
+  constexpr int Vp = 48, C = 5, N = 40;
+  std::vector<ParamTensor> t = {{"transformer.wte.weight", {Vp, C}, 0, Vp * C, ParamRole::embedding},
+                                {"rest", {1, 70}, Vp * C, 70, ParamRole::hidden_matrix}};
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (bool replicate_all : {false, true})
+    for (int W : {1, 2, 3, 4}) {
+      SCOPED_TRACE("world " + std::to_string(W) + (replicate_all ? ", all-reduce" : ", ZeRO-1"));
+      const ShardPlan p = ShardPlan::make(t, OptimizerKind::adamw, W, 64, replicate_all, true);
+      ASSERT_NE(p.token_embedding(), nullptr);
+      std::vector<std::vector<float>> dense(W, std::vector<float>(Vp * C));
+      std::vector<std::vector<int>> ids(W);             // distinct, ascending
+      std::vector<std::vector<float>> rows(W);          // [ids, C]
+      for (int r = 0; r < W; ++r) {
+        for (float& x : dense[r]) x = normal(gen);
+        std::set<int> batch;
+        for (int n = 0; n < N; ++n) batch.insert(int(gen() % (Vp / 2)) * (r % 2 ? 2 : 1));  // overlapping, uneven over owners
+        ids[r].assign(batch.begin(), batch.end());
+        for (std::size_t u = 0; u < ids[r].size() * C; ++u) rows[r].push_back(normal(gen) * 4.0f);
+      }
+      auto row_of = [&](int r, int v, int c, float& out) {
+        const auto it = std::lower_bound(ids[r].begin(), ids[r].end(), v);
+        if (it == ids[r].end() || *it != v) return false;
+        out = rows[r][std::size_t(it - ids[r].begin()) * C + std::size_t(c)];
+        return true;
+      };
+      // The dense reduction and the exact sum, with sum|terms| for the bound.
+      std::vector<float> plain(Vp * C, 0.0f);
+      std::vector<double> exact(Vp * C, 0.0), magnitude(Vp * C, 0.0);
+      for (int v = 0; v < Vp; ++v)
+        for (int c = 0; c < C; ++c) {
+          const std::size_t i = std::size_t(v) * C + std::size_t(c);
+          for (int r = 0; r < W; ++r) {
+            float local = dense[r][i], s = 0.0f;
+            exact[i] += dense[r][i], magnitude[i] += std::fabs(dense[r][i]);
+            if (row_of(r, v, c, s)) local += s, exact[i] += s, magnitude[i] += std::fabs(s);
+            plain[i] = r == 0 ? local : plain[i] + local;
+          }
+        }
+      // The split, owner by owner, from what each rank sends it.
+      int covered = 0;
+      for (int q = 0; q < W; ++q) {
+        const FlatRange own = p.owned_token_rows(q);
+        std::vector<float> g(Vp * C, 0.0f);
+        for (std::int64_t i = own.begin * C; i < own.end * C; ++i)
+          for (int r = 0; r < W; ++r) g[std::size_t(i)] = r == 0 ? dense[r][std::size_t(i)] : g[std::size_t(i)] + dense[r][std::size_t(i)];
+        for (int r = 0; r < W; ++r) {
+          const FlatRange run = p.token_rows_by_owner(ids[r])[std::size_t(q)];
+          for (std::int64_t u = run.begin; u < run.end; ++u) {
+            const int v = ids[r][std::size_t(u)];
+            ASSERT_TRUE(v >= own.begin && v < own.end) << "rank " << r << " sends row " << v << " to rank " << q;
+            for (int c = 0; c < C; ++c) g[std::size_t(v) * C + std::size_t(c)] += rows[r][std::size_t(u) * C + std::size_t(c)];
+          }
+        }
+        for (std::int64_t i = own.begin * C; i < own.end * C; ++i) {
+          const double bound = (2 * W - 1) * std::ldexp(1.0, -24) * magnitude[std::size_t(i)] * (1 + 1e-6);
+          EXPECT_LE(std::fabs(double(g[std::size_t(i)]) - exact[std::size_t(i)]), bound) << "owner " << q << ", element " << i;
+          EXPECT_LE(std::fabs(double(plain[std::size_t(i)]) - exact[std::size_t(i)]), bound) << "element " << i;
+          ++covered;
+        }
+      }
+      EXPECT_EQ(covered, (replicate_all ? W : 1) * Vp * C);  // every row has an owner (every rank's, all-reduce)
+    }
+}
 }  // namespace
 }  // namespace stableflash::optim

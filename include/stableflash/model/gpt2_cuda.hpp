@@ -86,6 +86,18 @@ class Gpt2Cuda {
   // update on the optimizer's stream, so either overlaps the forward. Empty: no calls.
   using ParametersNeeded = GradientReady;
   void set_parameters_needed(ParametersNeeded hook);
+  // Data parallel: the tied token embedding's gradient in two parts (optim/sharding.hpp, "Token
+  // embedding split"). With `rows` set, the backward calls dense_ready() first, in stream order
+  // after the classifier: from there on wte's gradient in grads() is final for this micro-batch
+  // except for the embedding lookup's rows; and the lookup's backward writes those rows, for the
+  // staged distinct ids u (staged_token_ids()), to rows[u C, (u + 1) C) instead of adding them to
+  // grads() (the same FP32 sum per row; adding it afterwards gives the plain backward's bits).
+  // rows: [batch len, C] FP32, owned by the caller. nullptr: the plain backward.
+  void set_token_embedding_split(float* rows, std::function<void()> dense_ready);
+  // The distinct token ids of the last staged micro-batch, ascending, on the host (valid until the
+  // next-but-one staging) and on the device (until the next one).
+  std::span<const int> staged_token_ids() const;
+  const int* staged_token_ids_device() const;
 
  private:
   struct Impl;

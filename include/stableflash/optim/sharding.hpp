@@ -17,6 +17,14 @@
 // range of the whole vector: a contiguous range per rank would make the embeddings' bucket (ready
 // last) a reduction to one rank over one link direction, twice the exposed time of a
 // reduce-scatter on two GPUs (docs/benchmarks.md, "Data parallel").
+//
+// Token embedding split (split_token_embedding): the tied wte's gradient is the classifier's dense
+// product, complete before the layers' backward, plus the embedding lookup's rows, known only at
+// its very end. The plan then makes wte [0, Vp·C) one bucket of its own whose W pieces are whole
+// rows (Vp % W == 0): rank q owns the rows owned_token_rows(q). The trainer reduces that bucket's
+// dense part as soon as the classifier is done, overlapped with the whole backward, and at the end
+// sends each rank only the lookup rows it owns (train/data_parallel_sync.hpp). Without wte at
+// offset 0, with Vp % W != 0 or with a single bucket's worth of parameters, no split.
 #pragma once
 
 #include <cstdint>
@@ -50,14 +58,20 @@ struct GradientBucket {
   FlatRange norm_slice(int rank, int world) const;
 };
 
+// The token embedding bucket of a split plan: wte [0, rows · row_size), bucket 0.
+struct TokenEmbeddingSplit {
+  std::int64_t rows = 0, row_size = 0;  // Vp, C
+};
+
 class ShardPlan {
  public:
   // `tensors`: the model's flat layout. Muon's hidden matrices (kind == muon) land in replicated
   // buckets; `replicate_all` makes every bucket replicated (plain all-reduce data parallelism,
   // every rank keeps the whole optimizer state). Throws std::invalid_argument for world < 1 or
   // bucket_elements < world.
+  // split_token_embedding: the token embedding bucket above, where the layout allows it.
   static ShardPlan make(const std::vector<model::ParamTensor>& tensors, OptimizerKind kind, int world, std::int64_t bucket_elements,
-                        bool replicate_all = false);
+                        bool replicate_all = false, bool split_token_embedding = false);
 
   int world() const { return world_; }
   std::int64_t total() const { return total_; }
@@ -73,10 +87,21 @@ class ShardPlan {
   // Indices [first, last) of the buckets that intersect `r` (empty r: first == last).
   std::pair<int, int> buckets_touching(FlatRange r) const;
 
+  // The token embedding split, if this plan has one (bucket 0 is then wte).
+  const TokenEmbeddingSplit* token_embedding() const { return embedding_.rows > 0 ? &embedding_ : nullptr; }
+  // Rows [begin, end) of wte whose summed gradient `rank` needs: its piece of bucket 0 (sharded),
+  // every row (replicated). Requires token_embedding().
+  FlatRange owned_token_rows(int rank) const;
+  // For each rank q, the index range [first, last) of `ascending_ids` (distinct token ids,
+  // ascending, as the batch staging groups them) that falls in owned_token_rows(q): what this
+  // rank sends to q. Requires token_embedding().
+  std::vector<FlatRange> token_rows_by_owner(std::span<const int> ascending_ids) const;
+
  private:
   int world_ = 1;
   std::int64_t total_ = 0;
   std::vector<GradientBucket> buckets_;
+  TokenEmbeddingSplit embedding_;
 };
 
 // Indices [first, last) of the ranges of `ascending` (sorted, non-overlapping) that intersect `r`

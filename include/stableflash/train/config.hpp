@@ -90,6 +90,11 @@ struct DistSettings {
   // Gradient buckets of about this many MB (FP32 values), cut from the last layer down; each is
   // reduced once the backward has finished it, while the backward goes on (PyTorch DDP's 25 MB).
   double bucket_mb = 25.0;
+  // The tied token embedding's gradient reduced in two parts: the classifier's (dense, complete
+  // before the layers' backward) overlapped with the backward, the embedding lookup's rows (known
+  // at its end) sent to their owners only. Needs the padded vocabulary to be a multiple of the
+  // world size (else ignored); changes the FP32 order in which wte's gradient is summed.
+  bool split_embedding = true;
   bool operator==(const DistSettings&) const = default;
 };
 

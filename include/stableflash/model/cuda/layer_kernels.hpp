@@ -29,6 +29,16 @@ void encoder_forward(float* x, const int* tokens, const float* wte, const float*
 void encoder_backward(float* dwte, float* dwpe, const float* dx, const int* token_ids, const int* token_offsets,
                       const int* token_rows, int distinct, int B, int T, int C, cudaStream_t stream);
 
+// The token embedding split of data-parallel training (gpt2_cuda.hpp, set_token_embedding_split):
+// encoder_backward's wte sums written, not added, one row per group:
+//   rows[u, c] = the sum encoder_backward adds to dwte[token_ids[u], c]      rows [distinct, C]
+// and later added where the rows' owner keeps wte's gradient, `count` rows with distinct ids:
+//   dwte[ids[u], c] += rows[u, c]
+// so embedding_rows_backward then add_embedding_rows leaves the bits encoder_backward leaves.
+void embedding_rows_backward(float* rows, const float* dx, const int* token_offsets, const int* token_rows, int distinct, int C,
+                             cudaStream_t stream);
+void add_embedding_rows(float* dwte, const float* rows, const int* ids, int count, int C, cudaStream_t stream);
+
 // LayerNorm forward over C features, optionally fused with the residual add before it:
 //   r = residual_in + float(branch)  when branch != nullptr (then written to residual_out [N, C])
 //   r = residual_in                  otherwise (residual_out unused, may be null)
