@@ -338,6 +338,9 @@ if [ $train = 1 ] && [ $train_single = 1 ]; then
     "$BIN"/stableflash bench train --preset gpt2-124m --device cuda --set train.grad_accum=1 --set train.deterministic=$det \
       --json "$OUT/train-bench.jsonl" || status=1
   done
+  # the same step without CUDA graphs (train.cuda_graph, on by default), for the graphs' gain in the same call
+  "$BIN"/stableflash bench train --preset gpt2-124m --device cuda --set train.grad_accum=1 --set train.cuda_graph=false \
+    --json "$OUT/train-bench.jsonl" || status=1
   PYTHONUNBUFFERED=1 python3 "$PEERS"/torch_peers.py gpt2 --B 16 --T 1024 --steps 30 --no-bias 2>>"$OUT/peers.err" | tail -1 \
     >"$OUT/train-peer.json" || status=1
   cat "$OUT/train-peer.json"
@@ -348,7 +351,7 @@ peer = json.loads(open(sys.argv[2]).read())
 print("| GPT-2 124M, B 16, T 1024 | ms/step | tokens/s | peak GiB | MFU | tokens/s vs peer | memory vs peer |")
 print("|---|---|---|---|---|---|---|")
 for o in ours:
-    print(f"| stableflash (deterministic={o['deterministic']}) | {o['ms_per_step']:.2f} | {o['tokens_per_s']:.0f} | "
+    print(f"| stableflash (deterministic={o['deterministic']}, CUDA graph={o.get('cuda_graph', False)}) | {o['ms_per_step']:.2f} | {o['tokens_per_s']:.0f} | "
           f"{o['peak_mem_gib']:.2f} | {100 * o['mfu']:.1f}% | {o['tokens_per_s'] / peer['tokens_per_s']:.3f}x | "
           f"{o['peak_mem_gib'] / peer['peak_mem_gib']:.2f}x |")
 print(f"| PyTorch (compile={peer['compile']}, sdpa {peer['sdpa']}, bias={peer['bias']}) | {peer['ms_per_step']:.2f} | "

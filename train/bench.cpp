@@ -78,6 +78,7 @@ BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptio
   engine->take_communication_wait_ms();
   engine->take_update_wait_ms();
   double timed_s = 0;
+  const std::int64_t replays_before = engine->graph_replays();
   for (int w = 0; w < 5; ++w) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < window; ++i) r.last_loss = step(s++);
@@ -87,6 +88,8 @@ BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptio
     per_step.push_back(seconds / window);
     if (cuda) peak = std::max(peak, cuda_memory_in_use());
   }
+  // Every timed micro-batch of this rank came from the graph: the step time is the graph's.
+  r.cuda_graph = engine->graph_replays() - replays_before == std::int64_t(5) * window * (ts.grad_accum / world.size);
   const double wait_ms = engine->take_communication_wait_ms();
   const double update_wait_ms = engine->take_update_wait_ms();
   engine->measure_communication(false);
@@ -162,6 +165,7 @@ BenchTrainResult bench_training(const TrainConfig& config, const BenchTrainOptio
   const double per_token = 6.0 * n_params + 12.0 * config.model.n_layer * config.model.n_embd * double(T);
   r.model_flops_per_step = per_token * double(config.tokens_per_step());
   r.mfu = r.model_flops_per_step / dt / 989e12 / world.size;  // per GPU
+  r.execution = engine->execution_summary();
   engine->finish();
   return r;
 }

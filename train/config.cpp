@@ -148,6 +148,7 @@ const std::vector<Key>& keys() {
       SF_KEY("train.keep_checkpoints", train.keep_checkpoints),
       SF_KEY("train.deterministic", train.deterministic),
       SF_KEY("train.overlap_optimizer", train.overlap_optimizer),
+      SF_KEY("train.cuda_graph", train.cuda_graph),
       SF_KEY("train.probe_every", train.probe_every),
       SF_KEY("probe.layers", probe.layers),
       SF_KEY("probe.attention_every", probe.attention_every),
@@ -480,13 +481,13 @@ TrainConfig from_json(const std::string& text, const std::string& source) {
 
 std::vector<std::string> resume_mismatches(const TrainConfig& ckpt, const TrainConfig& run) {
   // Keys that may change on resume: how far to go, how often to report and save, where data lives,
-  // whether the GPU reduces in a fixed order, whether its optimizer overlaps the forward (same
-  // bits), and how the ranks share the gradients and optimizer state (same math, other summation
-  // order).
+  // whether the GPU reduces in a fixed order, whether its optimizer overlaps the forward and whether
+  // it replays CUDA graphs (same bits), and how the ranks share the gradients and optimizer state
+  // (same math, other summation order).
   static const std::vector<std::string> free_keys = {"train.steps", "train.val_every", "train.val_batches", "train.checkpoint_every",
                                                      "train.keep_checkpoints", "train.deterministic", "train.overlap_optimizer",
-                                                     "train.probe_every", "data.dir", "dist.zero_stage", "dist.bucket_mb",
-                                                     "dist.split_embedding"};
+                                                     "train.cuda_graph", "train.probe_every", "data.dir", "dist.zero_stage",
+                                                     "dist.bucket_mb", "dist.split_embedding"};
   std::map<std::string, std::string> a, b;
   for (const auto& [k, v] : ckpt.entries()) a[k] = v;
   for (const auto& [k, v] : run.entries()) b[k] = v;

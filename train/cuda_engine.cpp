@@ -20,6 +20,16 @@
 // next forward waits per layer for its part, through the same parameters-needed hook ZeRO-1 uses
 // for its all-gather. The update also zeroes the gradients as it reads them, so zero_grad() has
 // nothing left to do. Without the overlap the same kernels run on the compute stream.
+//
+// CUDA graphs (train.cuda_graph, on by default): with one process and no overlap, each micro-batch's
+// forward and backward is replayed from a graph (Gpt2Cuda::set_cuda_graph), the batch staged into
+// device memory before the launch. The gradient norm, the clipping factor and the update stay
+// launches of their own: the trainer reads the loss on the host between the backward and the update
+// (to stop before updating on a loss that is not finite), so they could not join the backward's
+// graph, and as a graph of their own they would save 4 of the step's ~316 launch gaps (AdamW's
+// learning rate and step count, launch parameters today, would have to move to device memory).
+// Data parallelism and the overlapped update keep their launches: their hooks queue work and event
+// waits on other streams from host callbacks inside the forward and backward.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -82,6 +92,11 @@ class CudaEngine final : public TrainingEngine {
                    zero_ ? &*plan_ : nullptr, world.rank, overlap_ ? overlap_->parts() : std::vector<optim::FlatRange>{}),
         params_(std::size_t(model_.parameter_count())) {
     if (overlap_) model_.set_parameters_needed([this](std::int64_t offset, std::int64_t count) { overlap_->parameters_needed(offset, count); });
+    graph_off_ = !config.train.cuda_graph ? "train.cuda_graph = false"
+                 : plan_                  ? "data parallel: NCCL's hooks queue work from inside the backward"
+                 : overlap_               ? "train.overlap_optimizer: the forward waits per layer for the update's events"
+                                          : "";
+    model_.set_cuda_graph(graph_off_.empty());
     if (!plan_) return;
     const auto compute = static_cast<cudaStream_t>(model_.stream());
     collectives_ = std::make_unique<Collectives>(world, compute);
@@ -96,6 +111,7 @@ class CudaEngine final : public TrainingEngine {
     if (collectives_) d += zero_ ? ", data parallel over NCCL, ZeRO-1" : ", data parallel over NCCL, all-reduce";
     if (plan_) d += ", " + std::to_string(plan_->buckets().size()) + " gradient buckets";
     if (overlap_) d += ", optimizer overlapped with the forward";
+    d += graph_off_.empty() ? ", micro-batches replayed from CUDA graphs" : ", no CUDA graphs (" + graph_off_ + ")";
     return d;
   }
   bool asynchronous() const override { return true; }
@@ -241,6 +257,16 @@ class CudaEngine final : public TrainingEngine {
   double take_communication_wait_ms() override { return sync_ ? sync_->take_wait_ms() : 0.0; }
   double take_update_wait_ms() override { return overlap_ ? overlap_->take_wait_ms() : 0.0; }
   bool optimizer_overlaps() const override { return overlap_ != nullptr; }
+  std::int64_t graph_replays() const override { return model_.graph_use().replays; }
+  std::string execution_summary() const override {
+    if (!graph_off_.empty()) return "CUDA graphs: off (" + graph_off_ + ")";
+    const model::Gpt2Cuda::GraphUse u = model_.graph_use();
+    std::string s = "CUDA graphs: " + std::to_string(u.replays) + " of " + std::to_string(u.replays + u.eager) +
+                    " train micro-batches replayed (" + std::to_string(u.captures) + " recorded; the others ran as launches: the first "
+                    "of each shape, probe captures)";
+    if (!u.failure.empty()) s += "; recording failed, graphs off since: " + u.failure;
+    return s;
+  }
   void heartbeat(std::int64_t step) override {
     if (collectives_) collectives_->rendezvous().heartbeat(step);
   }
@@ -274,6 +300,7 @@ class CudaEngine final : public TrainingEngine {
   World world_;
   model::Gpt2Cuda model_;
   std::optional<optim::ShardPlan> plan_;         // data parallel only
+  std::string graph_off_;                        // why micro-batches are not replayed from graphs (empty: they are)
   bool zero_ = false;                            // ZeRO-1: the optimizer holds this rank's shard
   std::unique_ptr<UpdateOverlap> overlap_;       // the optimizer's stream and its events (overlapped update only)
   std::unique_ptr<model::cuda::Blas> overlap_blas_;  // on overlap_'s stream (Muon's products)

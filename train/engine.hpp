@@ -87,6 +87,11 @@ class TrainingEngine {
   // last call. 0 where the update does not overlap.
   virtual double take_update_wait_ms() { return 0.0; }
   virtual bool optimizer_overlaps() const { return false; }
+  // The GPU, train.cuda_graph: micro-batches replayed from a CUDA graph so far, and one line on how
+  // the steps ran for the run summary (graphs used, or why not, or why they stopped); 0 and empty
+  // on the CPU.
+  virtual std::int64_t graph_replays() const { return 0; }
+  virtual std::string execution_summary() const { return {}; }
 };
 
 // bf16_autocast: the CPU model emulates BF16 autocast (Gpt2::set_bf16_autocast).

@@ -335,6 +335,9 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options)
     if (options.on_step) options.on_step(m);
   }
   progress.finish();
+  result.execution = engine->execution_summary();
+  result.graph_replays = engine->graph_replays();
+  if (options.progress && writer && !result.execution.empty()) std::fprintf(stderr, "  %s\n", result.execution.c_str());
   engine->finish();
   return result;
 }

@@ -47,6 +47,8 @@ int run_train(const BenchTrainCommand& c) {
   std::printf("  parts, each timed alone: forward %.2f ms, forward + backward %.2f ms, gradient norm + optimizer %.2f ms "
               "(per micro-batch of B %d x T %d)\n",
               r.forward_ms, r.forward_backward_ms, r.optimizer_ms, config.train.batch_size, config.train.seq_len);
+  if (!r.execution.empty())
+    std::printf("  timed steps %s CUDA graphs; %s\n", r.cuda_graph ? "replayed from" : "NOT replayed from", r.execution.c_str());
   if (r.optimizer_overlapped)
     std::printf("  optimizer overlapped with the next forward (train.overlap_optimizer): the forward waited %.2f ms/step for it "
                 "(norm, embeddings' update, layers it caught up with); the rest of its %.2f ms ran beside the forward\n",
@@ -86,7 +88,7 @@ int run_train(const BenchTrainCommand& c) {
                   "{\"bench\": \"train\", \"preset\": \"%s\", \"device\": \"%s\", \"ranks\": %d, \"B\": %d, \"T\": %d, \"grad_accum\": %d, "
                   "\"deterministic\": %s, \"ms_per_step\": %.4f, \"tokens_per_s\": %.1f, \"peak_mem_gib\": %.3f, \"mfu\": %.4f, "
                   "\"loss\": %.6f, \"parameters\": %lld, \"forward_ms\": %.4f, \"forward_backward_ms\": %.4f, \"optimizer_ms\": %.4f, "
-                  "\"optimizer_overlapped\": %s, \"optimizer_wait_ms\": %.4f, "
+                  "\"optimizer_overlapped\": %s, \"optimizer_wait_ms\": %.4f, \"cuda_graph\": %s, "
                   "\"communication_wait_ms\": %.4f, \"communication_wait_share\": %.5f, \"peak_mem_gib_per_rank\": [%s], "
                   "\"communication_wait_share_per_rank\": [%s], \"zero_stage\": %d, \"bucket_mb\": %g, \"split_embedding\": %s, "
                   "\"wq_probe_ms\": %.4f, \"attention_probe_ms\": %.4f, \"sigma_probe_ms\": %.4f, \"probe_share\": %.5f, "
@@ -94,7 +96,7 @@ int run_train(const BenchTrainCommand& c) {
                   config.preset.c_str(), r.device.c_str(), r.ranks, config.train.batch_size, config.train.seq_len, config.train.grad_accum,
                   config.train.deterministic ? "true" : "false", r.ms_per_step, r.tokens_per_s, r.peak_memory_gib, r.mfu, r.last_loss,
                   static_cast<long long>(r.parameters), r.forward_ms, r.forward_backward_ms, r.optimizer_ms,
-                  r.optimizer_overlapped ? "true" : "false", r.optimizer_wait_ms, r.communication_wait_ms,
+                  r.optimizer_overlapped ? "true" : "false", r.optimizer_wait_ms, r.cuda_graph ? "true" : "false", r.communication_wait_ms,
                   r.communication_wait_share, list(r.peak_memory_gib_per_rank, "%.4f", 1.0).c_str(),
                   list(r.communication_wait_share_per_rank, "%.5f", 1.0).c_str(), config.dist.zero_stage, config.dist.bucket_mb,
                   config.dist.split_embedding ? "true" : "false", r.wq_probe_ms, r.attention_probe_ms, r.sigma_probe_ms, r.probe_share());

@@ -214,7 +214,12 @@ void execute_backward(const BackwardArgs& a, const AttentionOptions& opt, const 
   p.tma_k = tensor_map("k", a.k, s, s.resolved_kv_heads(), s.k_len, p.k_strides);
   p.tma_v = tensor_map("v", a.v, s, s.resolved_kv_heads(), s.k_len, p.v_strides);
   const BackwardWorkspace& w = plan.workspace;
-  char* ws = static_cast<char*>(workspace_alloc(w.total, stream));
+  if (a.workspace && a.workspace_bytes < w.total)
+    throw std::invalid_argument("attention_backward: the workspace holds " + std::to_string(a.workspace_bytes) + " bytes, this call needs " +
+                                std::to_string(w.total) + " (cuda::backward_workspace_bytes)");
+  if (a.workspace && reinterpret_cast<std::uintptr_t>(a.workspace) % 256 != 0)
+    throw std::invalid_argument("attention_backward: the workspace must be 256-byte aligned");
+  char* ws = a.workspace ? static_cast<char*>(a.workspace) : static_cast<char*>(workspace_alloc(w.total, stream));
   p.dq_accum = reinterpret_cast<float*>(ws);
   p.dq_semaphore = w.semaphores ? reinterpret_cast<int*>(ws + w.at_semaphores) : nullptr;
   p.delta = a.delta ? a.delta : reinterpret_cast<float*>(ws + w.at_delta);
@@ -233,7 +238,7 @@ void execute_backward(const BackwardArgs& a, const AttentionOptions& opt, const 
     g.per_head = p.dv, g.out = reinterpret_cast<std::uint16_t*>(a.dv), g.out_strides = device_strides(a.dv_strides());
     launch_group_sum(g, stream);
   }
-  workspace_free(ws, stream);
+  if (!a.workspace) workspace_free(ws, stream);
 }
 
 void forward(const ForwardArgs& a, const AttentionOptions& opt) {
@@ -251,6 +256,11 @@ void delta(const BackwardArgs& a, const AttentionOptions& opt, float* delta_out)
   BackwardParams p = backward_params(a, opt);
   p.delta = delta_out;
   with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_delta<D, kPaper>(p, plan.delta, stream_of(opt)); });
+}
+
+std::size_t backward_workspace_bytes(const BackwardArgs& a, const AttentionOptions& opt) {
+  check_supported(a.shape, opt);
+  return plan_backward(a, opt).workspace.total;
 }
 
 void backward(const BackwardArgs& a, const AttentionOptions& opt) {

@@ -20,6 +20,7 @@ void check_supported_args(const BackwardArgs&, const AttentionOptions&) { unavai
 void forward(const ForwardArgs&, const AttentionOptions&) { unavailable(); }
 void backward(const BackwardArgs&, const AttentionOptions&) { unavailable(); }
 void delta(const BackwardArgs&, const AttentionOptions&, float*) { unavailable(); }
+std::size_t backward_workspace_bytes(const BackwardArgs&, const AttentionOptions&) { unavailable(); }
 void forward_from_host(const ForwardArgs&, const AttentionOptions&, const Kernels&) { unavailable(); }
 void backward_from_host(const BackwardArgs&, const AttentionOptions&, const Kernels&) { unavailable(); }
 void delta_from_host(const BackwardArgs&, const AttentionOptions&, float*) { unavailable(); }

@@ -147,6 +147,15 @@ float Blas::Impl::timed(Call&& call) {
 std::pair<int, float> Blas::Impl::fastest(const cublasLtMatmulHeuristicResult_t* candidates, int count, cublasLtMatmulDesc_t desc,
                                          const Layout& first, const Layout& second, const Layout& out, const MatrixView& a,
                                          const MatrixView& b, const MatrixView& c, const GemmOptions& opt) {
+  constexpr int kTimedRuns = 3;
+  // Timing synchronizes: it cannot happen while the stream is recorded into a CUDA graph. The
+  // recorder runs each shape once before recording it (stream_graph.hpp); a shape first seen
+  // there is a caller's bug, named here rather than as a capture error.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  if (capture != cudaStreamCaptureStatusNone)
+    throw std::logic_error("gemm: first use of a product shape while its stream is captured into a CUDA graph (its algorithm is "
+                           "chosen by timing, which synchronizes); run the work once before capturing it");
   const std::size_t c_bytes = std::size_t(opt.batch - 1) * std::size_t(c.batch_stride) * (c.type == DType::bf16 ? 2 : 4) +
                               std::size_t(c.rows - 1) * std::size_t(c.ld) * (c.type == DType::bf16 ? 2 : 4) +
                               std::size_t(c.cols) * (c.type == DType::bf16 ? 2 : 4);

@@ -6,6 +6,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
+#include <compare>
+#include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -16,6 +20,7 @@
 #include "stableflash/model/cuda/device_array.hpp"
 #include "stableflash/model/cuda/layer_kernels.hpp"
 #include "stableflash/model/cuda/standard_attention.hpp"
+#include "stableflash/model/cuda/stream_graph.hpp"
 #include "stableflash/model/token_groups.hpp"
 
 namespace stableflash::model {
@@ -40,16 +45,31 @@ struct LayerOffsets {
 
 // A micro-batch on the host in one pinned block, copied to the device in one transfer: tokens and
 // targets [N], then the rows grouped by token for the deterministic embedding backward
-// (distinct ids [N], group offsets [N + 1], rows [N]).
+// (distinct ids [N], group offsets [N + 1], rows [N], the group count [1]). Everything a step
+// reads that depends on its batch is here, in device memory: a step replayed from a CUDA graph
+// sees no launch parameter change.
 struct BatchLayout {
   std::int64_t n;
-  std::int64_t ints() const { return 5 * n + 1; }
+  std::int64_t ints() const { return 5 * n + 2; }
   std::int64_t tokens() const { return 0; }
   std::int64_t targets() const { return n; }
   std::int64_t ids() const { return 2 * n; }
   std::int64_t offsets() const { return 3 * n; }
   std::int64_t rows() const { return 4 * n + 1; }
+  std::int64_t distinct() const { return 5 * n + 1; }
 };
+
+// What a recorded micro-batch baked in besides the fixed buffers: its shape and the loss scale
+// (a launch parameter of the cross-entropy), compared by its bits.
+struct GraphKey {
+  int batch = 0, seq = 0;
+  std::uint32_t loss_scale_bits = 0;
+  auto operator<=>(const GraphKey&) const = default;
+};
+
+// Graphs kept at once: the trainer uses one shape; a caller alternating shapes (the benchmark's
+// parts) needs a few. Past this many, all are dropped and recorded again as needed.
+constexpr std::size_t kMaxGraphs = 4;
 
 }  // namespace
 
@@ -103,6 +123,7 @@ struct Gpt2Cuda::Impl {
   DeviceArray<bf16_t> d_atty;                // [N, C]
   DeviceArray<bf16_t> d_qkv;                 // [N, 3C] dq, dk, dv column blocks
   DeviceArray<float> scratch;                // deterministic reductions
+  DeviceArray<char> attention_workspace;     // the flash backward's dQ accumulator and delta (one layer at a time)
   // Standard attention layers only.
   DeviceArray<float> o32, d_atty32, d_qkv32, d_probs;  // d_qkv32 [N, 3C]
 
@@ -113,8 +134,8 @@ struct Gpt2Cuda::Impl {
     cudaEvent_t copied = nullptr;
   } slots[2];
   int next_slot = 0;
-  int distinct = 0;  // distinct token ids of the staged micro-batch
   std::vector<int> token_starts;  // [Vp + 1] the counting sort's bucket starts (host scratch)
+  int distinct = 0;               // distinct token ids of the staged micro-batch (the host's copy of bl.distinct())
   GradientReady gradient_ready;
   ParametersNeeded parameters_needed;
   float* embedding_rows = nullptr;        // the token embedding split's lookup rows [N, C], or none
@@ -136,6 +157,13 @@ struct Gpt2Cuda::Impl {
     return nullptr;
   }
   void begin_capture(int batch, int seq);
+
+  // CUDA graphs of train micro-batches (set_cuda_graph).
+  bool graphs_on = false;
+  std::map<GraphKey, cuda::StreamGraph> graphs;
+  std::set<GraphKey> ran_once;  // shapes run without recording: their first uses are done
+  GraphUse graph_use;
+  bool replay(const GraphKey& key, float loss_scale);
   void count_ties(int l, const attention::ForwardArgs& trained);
   void capture_forward(int l, LayerCapture& c, int seq);
 
@@ -166,6 +194,12 @@ struct Gpt2Cuda::Impl {
   void forward(int batch, int seq);
   void classifier(int batch, int seq, float loss_scale, bool backward);
   void backward(int batch, int seq);
+  // What a train micro-batch queues after staging: the work a graph records.
+  void forward_backward(int batch, int seq, float loss_scale) {
+    forward(batch, seq);
+    classifier(batch, seq, loss_scale, /*backward=*/true);
+    backward(batch, seq);
+  }
   void linear(bf16_t* out, const bf16_t* x, std::int64_t w, std::int64_t b, std::int64_t n, int in, int out_features);
   void linear_backward(float* dx_f32, bf16_t* dx_bf16, const bf16_t* dy, const bf16_t* x, std::int64_t w, std::int64_t b,
                        std::int64_t n, int in, int out_features, const GemmOptions& dx_options = {});
@@ -281,6 +315,17 @@ void Gpt2Cuda::Impl::allocate() {
   d_atty = DeviceArray<bf16_t>(std::size_t(NC));
   d_qkv = DeviceArray<bf16_t>(std::size_t(3 * NC));
   scratch = DeviceArray<float>(std::size_t(cuda::reduction_scratch_floats(int(N), int(4 * C))));
+  // The flash backward's scratch, allocated once for the largest micro-batch rather than from the
+  // stream-ordered pool per call: an allocation may not sit inside a recorded graph.
+  std::size_t workspace_bytes = 0;
+  for (int l = 0; l < config.n_layer; ++l) {
+    if (!is_flash(l)) continue;
+    attention::BackwardArgs a;
+    a.shape = {max_batch, config.n_head, len, len, config.head_dim()};
+    a.layout = attention::Layout::bthd;
+    workspace_bytes = std::max(workspace_bytes, attention::cuda::backward_workspace_bytes(a, flash_options(l)));
+  }
+  attention_workspace = DeviceArray<char>(workspace_bytes);
   if (any_standard) {
     o32 = DeviceArray<float>(std::size_t(NC));
     d_atty32 = DeviceArray<float>(std::size_t(NC));
@@ -365,7 +410,7 @@ void Gpt2Cuda::Impl::stage(std::span<const int> tokens, std::span<const int> tar
   int* h = slot.pinned;
   std::copy(tokens.begin(), tokens.end(), h + bl.tokens());
   std::copy(targets.begin(), targets.end(), h + bl.targets());
-  distinct = group_rows_by_token(tokens, Vp, h + bl.ids(), h + bl.offsets(), h + bl.rows(), token_starts);
+  distinct = h[bl.distinct()] = group_rows_by_token(tokens, Vp, h + bl.ids(), h + bl.offsets(), h + bl.rows(), token_starts);
   check_cuda(cudaMemcpyAsync(batch_dev.get(), h, std::size_t(bl.ints()) * sizeof(int), cudaMemcpyHostToDevice, stream),
              "cudaMemcpyAsync (batch)");
   check_cuda(cudaEventRecord(slot.copied, stream), "cudaEventRecord");
@@ -531,6 +576,7 @@ void Gpt2Cuda::Impl::backward(int batch, int seq) {
       a.dq = reinterpret_cast<bf16*>(d_qkv.get());
       a.dk = a.dq + C, a.dv = a.dq + 2 * C;
       a.strides.q = a.strides.k = a.strides.v = a.strides.dq = a.strides.dk = a.strides.dv = qkv_strides(seq);
+      a.workspace = attention_workspace.get(), a.workspace_bytes = attention_workspace.bytes();
       attention::attention_backward(a, flash_options(l));
       if (LayerCapture* cap = captured(l)) {
         cap->d_o.resize(cap->q.size());
@@ -551,13 +597,13 @@ void Gpt2Cuda::Impl::backward(int batch, int seq) {
     const std::int64_t end = l + 1 == config.n_layer ? lnf_w : offsets[std::size_t(l) + 1].ln1_w;
     if (gradient_ready) gradient_ready(o.ln1_w, end - o.ln1_w);
   }
-  if (embedding_rows) {  // wpe as always, wte's lookup rows apart (set_token_embedding_split)
-    cuda::encoder_backward(nullptr, grad(wpe), d_res.get(), nullptr, nullptr, nullptr, 0, batch, seq, C, stream);
+  if (embedding_rows) {  // wpe as always, wte's lookup rows apart (set_token_embedding_split; never in a CUDA graph)
+    cuda::encoder_backward(nullptr, grad(wpe), d_res.get(), nullptr, nullptr, nullptr, nullptr, batch, seq, C, stream);
     cuda::embedding_rows_backward(embedding_rows, d_res.get(), batch_dev.get() + bl.offsets(), batch_dev.get() + bl.rows(), distinct, C,
                                   stream);
   } else {
     cuda::encoder_backward(grad(wte), grad(wpe), d_res.get(), batch_dev.get() + bl.ids(), batch_dev.get() + bl.offsets(),
-                           batch_dev.get() + bl.rows(), distinct, batch, seq, C, stream);
+                           batch_dev.get() + bl.rows(), batch_dev.get() + bl.distinct(), batch, seq, C, stream);
   }
   if (gradient_ready) gradient_ready(0, offsets[0].ln1_w);
 }
@@ -652,12 +698,58 @@ void Gpt2Cuda::train_micro_batch(std::span<const int> tokens, std::span<const in
   Impl& m = *impl_;
   m.stage(tokens, targets, batch, len);
   m.capturing = !m.capture_request.empty();
-  if (m.capturing) m.begin_capture(batch, len);
-  m.forward(batch, len);
-  m.classifier(batch, len, loss_scale, /*backward=*/true);
-  m.backward(batch, len);
+  if (m.capturing) {
+    m.begin_capture(batch, len);
+    if (m.graphs_on) ++m.graph_use.eager;
+  } else if (m.replay({batch, len, std::bit_cast<std::uint32_t>(loss_scale)}, loss_scale)) {
+    return;
+  }
+  m.forward_backward(batch, len, loss_scale);
   m.capturing = false;  // one micro-batch only
 }
+
+// Replays the graph of `key` (recording it first where the shape has run once already); false
+// where the micro-batch must run as usual instead (see set_cuda_graph).
+bool Gpt2Cuda::Impl::replay(const GraphKey& key, float loss_scale) {
+  if (!graphs_on) return false;
+  if (gradient_ready || parameters_needed) {  // host callbacks per layer: never recorded
+    ++graph_use.eager;
+    return false;
+  }
+  auto it = graphs.find(key);
+  if (it == graphs.end()) {
+    if (ran_once.insert(key).second) {  // the first of its shape: every first use happens outside a recording
+      ++graph_use.eager;
+      return false;
+    }
+    try {
+      cuda::StreamGraph g = cuda::StreamGraph::capture(stream, [&] { forward_backward(key.batch, key.seq, loss_scale); });
+      if (graphs.size() >= kMaxGraphs) graphs.clear();
+      it = graphs.emplace(key, std::move(g)).first;
+      ++graph_use.captures;
+    } catch (const cuda::GraphCaptureError& e) {
+      graphs_on = false;
+      graphs.clear();
+      graph_use.on = false;
+      graph_use.failure = e.what();
+      ++graph_use.eager;
+      return false;
+    }
+  }
+  it->second.launch(stream);
+  ++graph_use.replays;
+  return true;
+}
+
+void Gpt2Cuda::set_cuda_graph(bool on) {
+  Impl& m = *impl_;
+  m.graphs_on = on;
+  m.graphs.clear();
+  m.graph_use = {};
+  m.graph_use.on = on;
+}
+
+Gpt2Cuda::GraphUse Gpt2Cuda::graph_use() const { return impl_->graph_use; }
 
 void Gpt2Cuda::eval_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len) {
   Impl& m = *impl_;

@@ -75,16 +75,20 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dx, int B,
   dwpe[i] += s;
 }
 
-// dwte[token_ids[u], c] += sum over the rows of group u in order; a thread per (u, c). Groups hold
-// distinct tokens, so no two threads write the same element.
+// dwte[token_ids[u], c] += sum over the rows of group u in order; one (u, c) per thread and grid
+// stride. Groups hold distinct tokens, so no two threads write the same element. The group count
+// is read from device memory, not passed as a launch parameter: a step replayed from a CUDA graph
+// keeps its launch parameters, while its batch (and so its count) changes every step.
 __global__ void encoder_backward_wte_kernel(float* dwte, const float* dx, const int* token_ids, const int* token_offsets,
-                                            const int* token_rows, int distinct, int C) {
-  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= std::int64_t(distinct) * C) return;
-  const int u = int(i / C), c = int(i % C);
-  float s = 0.0f;
-  for (int k = token_offsets[u]; k < token_offsets[u + 1]; ++k) s += dx[std::int64_t(token_rows[k]) * C + c];
-  dwte[std::int64_t(token_ids[u]) * C + c] += s;
+                                            const int* token_rows, const int* distinct, int C) {
+  const std::int64_t n = std::int64_t(*distinct) * C;
+  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int u = int(i / C), c = int(i % C);
+    float s = 0.0f;
+    for (int k = token_offsets[u]; k < token_offsets[u + 1]; ++k) s += dx[std::int64_t(token_rows[k]) * C + c];
+    dwte[std::int64_t(token_ids[u]) * C + c] += s;
+  }
 }
 
 // rows[u, c] = the sum encoder_backward_wte_kernel adds (the same loop, so the same bits).
@@ -485,17 +489,17 @@ void encoder_forward(float* x, const int* tokens, const float* wte, const float*
 }
 
 void encoder_backward(float* dwte, float* dwpe, const float* dx, const int* token_ids, const int* token_offsets,
-                      const int* token_rows, int distinct, int B, int T, int C, cudaStream_t stream) {
-  if (C == 0) return;
-  if (std::int64_t(T) * C > 0) {
-    encoder_backward_wpe_kernel<<<unsigned(ceil_div(std::int64_t(T) * C, kThreads)), kThreads, 0, stream>>>(dwpe, dx, B, T, C);
-    check_cuda(cudaGetLastError(), "encoder_backward_wpe_kernel");
-  }
-  if (distinct > 0) {
-    encoder_backward_wte_kernel<<<unsigned(ceil_div(std::int64_t(distinct) * C, kThreads)), kThreads, 0, stream>>>(
-        dwte, dx, token_ids, token_offsets, token_rows, distinct, C);
-    check_cuda(cudaGetLastError(), "encoder_backward_wte_kernel");
-  }
+                      const int* token_rows, const int* distinct, int B, int T, int C, cudaStream_t stream) {
+  if (C == 0 || B == 0 || T == 0) return;
+  encoder_backward_wpe_kernel<<<unsigned(ceil_div(std::int64_t(T) * C, kThreads)), kThreads, 0, stream>>>(dwpe, dx, B, T, C);
+  check_cuda(cudaGetLastError(), "encoder_backward_wpe_kernel");
+  if (dwte == nullptr) return;  // data parallel's token embedding split: wte's rows go apart (embedding_rows_backward)
+  // Sized for the most groups there can be (every row its own token, B * T), capped: the threads
+  // loop over the (u, c) pairs of the groups there are, the same sums whatever the grid.
+  constexpr std::int64_t kMaxWteBlocks = 8192;
+  const auto blocks = unsigned(std::min(ceil_div(std::int64_t(B) * T * C, kThreads), kMaxWteBlocks));
+  encoder_backward_wte_kernel<<<blocks, kThreads, 0, stream>>>(dwte, dx, token_ids, token_offsets, token_rows, distinct, C);
+  check_cuda(cudaGetLastError(), "encoder_backward_wte_kernel");
 }
 
 void embedding_rows_backward(float* rows, const float* dx, const int* token_offsets, const int* token_rows, int distinct, int C,

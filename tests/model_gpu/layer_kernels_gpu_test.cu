@@ -168,7 +168,9 @@ TEST(EncoderGpu, ForwardMatchesCpu) {
 TEST(EncoderGpu, BackwardRepeatedTokensMatchesCpuAndIsDeterministic) {
   SF_REQUIRE_GPU();
   struct Case { int B, T, C, V; };
-  for (const Case k : {Case{1, 1, 4, 3}, Case{2, 17, 20, 5}, Case{4, 64, 768, 37}, Case{3, 97, 24, 2}}) {
+  // The last case has more (group, column) pairs (about 3200 x 1024) than the capped grid has
+  // threads (8192 x 256): its threads loop.
+  for (const Case k : {Case{1, 1, 4, 3}, Case{2, 17, 20, 5}, Case{4, 64, 768, 37}, Case{3, 97, 24, 2}, Case{4, 1024, 1024, 8000}}) {
     SCOPED_TRACE("B=" + std::to_string(k.B) + " T=" + std::to_string(k.T) + " C=" + std::to_string(k.C));
     SplitMix64 rng(12, k.C * 1000 + k.T);
     const int N = k.B * k.T;
@@ -187,10 +189,10 @@ TEST(EncoderGpu, BackwardRepeatedTokensMatchesCpuAndIsDeterministic) {
     const auto wte0 = normal_f32(rng, std::size_t(k.V) * k.C, 0.5);  // nonzero: the kernel accumulates
     const auto wpe0 = normal_f32(rng, std::size_t(k.T) * k.C, 0.5);
     Buf<float> d_dx(dx), d_wte(wte0), d_wpe(wpe0);
-    Buf<int> d_ids(ids), d_off(offsets), d_rows(rows);
+    Buf<int> d_ids(ids), d_off(offsets), d_rows(rows), d_distinct(std::vector<int>{int(ids.size())});
     auto run = [&] {
       d_wte.upload(wte0), d_wpe.upload(wpe0);
-      mc::encoder_backward(d_wte.get(), d_wpe.get(), d_dx.get(), d_ids.get(), d_off.get(), d_rows.get(), int(ids.size()),
+      mc::encoder_backward(d_wte.get(), d_wpe.get(), d_dx.get(), d_ids.get(), d_off.get(), d_rows.get(), d_distinct.get(),
                            k.B, k.T, k.C, nullptr);
       return std::pair{d_wte.download(), d_wpe.download()};
     };
@@ -244,8 +246,9 @@ TEST(EncoderGpu, SplitRowsAddedLaterAreEncoderBackwardBitwise) {
     const auto wte0 = normal_f32(rng, std::size_t(k.V) * k.C, 0.5);  // the classifier's part, already there
     const auto wpe0 = normal_f32(rng, std::size_t(k.T) * k.C, 0.5);
     Buf<float> d_dx(dx), d_wte(wte0), d_wpe(wpe0), d_split(wte0), d_rows(std::vector<float>(std::size_t(distinct) * k.C, -1.0f));
-    Buf<int> d_ids(ids), d_off(offsets), d_grp(rows);
-    mc::encoder_backward(d_wte.get(), d_wpe.get(), d_dx.get(), d_ids.get(), d_off.get(), d_grp.get(), distinct, k.B, k.T, k.C, nullptr);
+    Buf<int> d_ids(ids), d_off(offsets), d_grp(rows), d_distinct(std::vector<int>{distinct});
+    mc::encoder_backward(d_wte.get(), d_wpe.get(), d_dx.get(), d_ids.get(), d_off.get(), d_grp.get(), d_distinct.get(), k.B, k.T, k.C,
+                         nullptr);
     mc::embedding_rows_backward(d_rows.get(), d_dx.get(), d_off.get(), d_grp.get(), distinct, k.C, nullptr);
     // Added in two calls (the rows of two senders): the rows are independent.
     const int half = distinct / 2;

@@ -132,6 +132,15 @@ TEST(TrainConfig, JsonRoundTripIsExactAndMismatchesAreListed) {
   const TrainConfig old_checkpoint = from_json(without.dump(), "old checkpoint");
   EXPECT_FALSE(old_checkpoint.train.overlap_optimizer);
   EXPECT_TRUE(resume_mismatches(old_checkpoint, overlapped).empty());
+  // Likewise the CUDA graphs (on by default): a checkpoint from before the key resumes with them.
+  EXPECT_TRUE(back.train.cuda_graph);
+  TrainConfig eager = back;
+  apply_assignment(eager, "train.cuda_graph=false");
+  EXPECT_FALSE(eager.train.cuda_graph);
+  EXPECT_TRUE(resume_mismatches(c, eager).empty());
+  without["train"].erase("cuda_graph");
+  EXPECT_TRUE(from_json(without.dump(), "old checkpoint").train.cuda_graph);
+  EXPECT_TRUE(resume_mismatches(from_json(without.dump(), "old checkpoint"), eager).empty());
   TrainConfig other = back;
   apply_assignment(other, "model.n_layer=6");
   apply_assignment(other, "attention.layer.1.delta_source=exact");

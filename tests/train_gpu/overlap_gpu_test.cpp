@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bitwise_runs.hpp"
 #include "require_gpu.hpp"
 #include "stableflash/data/safetensors.hpp"
 #include "stableflash/train/bench.hpp"
@@ -29,13 +30,6 @@ namespace {
 namespace fs = std::filesystem;
 using stableflash::testing::ScratchDir;
 
-std::vector<StepMetrics> train_on_gpu(const TrainConfig& c, const std::string& run_dir, bool resume = false) {
-  TrainOptions o;
-  o.run_dir = run_dir, o.resume = resume, o.progress = false;
-  o.device = TrainDevice::cuda;
-  return run_training(c, o).steps;
-}
-
 TrainConfig config(const std::string& data_dir) {
   TrainConfig c = stableflash::testing::small_config(data_dir);
   c.model.n_layer = 3, c.model.n_head = 2, c.model.n_embd = 128, c.model.block_size = 64;  // head dim 64: the flash kernels
@@ -45,36 +39,6 @@ TrainConfig config(const std::string& data_dir) {
   c.train.overlap_optimizer = true;  // not the default: each test compares it with the sequential update
   c.optim.lr = 3e-3, c.optim.warmup_steps = 2, c.optim.decay_steps = 40;
   return c;
-}
-
-void expect_same_steps(const std::vector<StepMetrics>& a, const std::vector<StepMetrics>& b, std::size_t first = 0) {
-  ASSERT_EQ(b.size() + first, a.size());
-  for (std::size_t i = 0; i < b.size(); ++i) {
-    const StepMetrics &x = a[first + i], &y = b[i];
-    EXPECT_EQ(x.loss, y.loss) << "step " << x.step;
-    EXPECT_EQ(x.grad_norm, y.grad_norm) << "step " << x.step;
-    ASSERT_EQ(x.val_loss.has_value(), y.val_loss.has_value()) << "step " << x.step;
-    if (x.val_loss) {
-      EXPECT_EQ(*x.val_loss, *y.val_loss) << "validation after step " << x.step;
-    }
-    EXPECT_EQ(x.wq_sigma, y.wq_sigma) << "W_Q probe after step " << x.step;
-  }
-}
-
-// The final checkpoints' weights and optimizer state, bit for bit.
-void expect_same_checkpoint(const std::string& run_a, const std::string& run_b) {
-  for (const char* file : {"/model.safetensors", "/optimizer.safetensors"}) {
-    const auto a = data::SafetensorsFile::read(latest_checkpoint(run_a) + file);
-    const auto b = data::SafetensorsFile::read(latest_checkpoint(run_b) + file);
-    ASSERT_EQ(a.tensors.size(), b.tensors.size()) << file;
-    for (const auto& [name, t] : a.tensors) {
-      const auto* other = b.find(name);
-      ASSERT_NE(other, nullptr) << file << ": " << name;
-      const auto x = t.as<float>(), y = other->as<float>();
-      ASSERT_EQ(x.size(), y.size()) << name;
-      EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float))) << file << ": " << name;
-    }
-  }
 }
 
 class OverlapGpu : public ::testing::Test {

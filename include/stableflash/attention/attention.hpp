@@ -4,6 +4,7 @@
 // FP32 [B, H, Tq]. Causal masking is bottom-right aligned.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -142,6 +143,12 @@ struct BackwardArgs {
   bf16 *dq = nullptr, *dk = nullptr, *dv = nullptr;  // dk, dv: [B, H_kv, Tk, D]
   float* delta = nullptr;            // optional out [B, H, Tq]: the delta the backward used
   BackwardStrides strides;           // optional per-tensor strides; unset: packed in `layout`
+  // Optional, CUDA only: device scratch of at least cuda::backward_workspace_bytes(args, options)
+  // bytes (256-byte aligned) that the backward uses instead of an allocation from the stream-ordered
+  // pool per call; no other work may use it concurrently. The trainer passes one so that a step
+  // captured into a CUDA graph allocates nothing (model/cuda/gpt2_cuda.cpp).
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
 
   // The strides each tensor is addressed with (resolve_strides).
   HeadStrides q_strides() const;

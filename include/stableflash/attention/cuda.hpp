@@ -41,6 +41,10 @@ void check_supported_args(const BackwardArgs& args, const AttentionOptions& opti
 void forward(const ForwardArgs& args, const AttentionOptions& options);
 void backward(const BackwardArgs& args, const AttentionOptions& options);
 void delta(const BackwardArgs& args, const AttentionOptions& options, float* delta /*[B, H, Tq], device*/);
+// Bytes of device scratch a backward call with these args and options uses (BackwardArgs::workspace):
+// the dQ accumulator, the deterministic dQ turn counters, delta (unless args.delta) and the
+// grouped-query heads' per-head dK, dV.
+std::size_t backward_workspace_bytes(const BackwardArgs& args, const AttentionOptions& options);
 
 // What runs a forward and a backward in the host conveniences, the bench and the oracle check:
 // the entry points above, or the kernel lab's comparison kernels (attention/cuda/lab, the

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "stableflash/model/gpt2.hpp"
@@ -98,6 +99,25 @@ class Gpt2Cuda {
   // next-but-one staging) and on the device (until the next one).
   std::span<const int> staged_token_ids() const;
   const int* staged_token_ids_device() const;
+
+  // CUDA graphs (model/cuda/stream_graph.hpp), off until turned on: train_micro_batch then replays
+  // the forward and backward from a graph, one per (batch, len, loss_scale). The first micro-batch
+  // of such a shape runs as usual, so that every first use (cuBLASLt's algorithm timing, kernel
+  // attributes, module loading) is done; the second is recorded and replayed. The host's per-step
+  // inputs reach a replay through device memory at fixed addresses: the staged batch (tokens,
+  // targets, the rows grouped by token and their group count) is copied there before the launch.
+  // Never recorded: a micro-batch with a capture requested (probes: host copies and a synchronous
+  // counting forward) or with a hook set (data parallel, the overlapped optimizer: their host
+  // callbacks queue work on other streams per layer), and eval_micro_batch. A recording that fails
+  // turns the graphs off for good (graph_use().failure says why) and that micro-batch runs as usual.
+  // A replay computes the same bits as the launches it recorded (tests/train_gpu/cuda_graph_gpu_test.cpp).
+  void set_cuda_graph(bool on);
+  struct GraphUse {
+    bool on = false;                                     // set_cuda_graph(true) and no failure since
+    std::int64_t captures = 0, replays = 0, eager = 0;   // train micro-batches since set_cuda_graph(true)
+    std::string failure;                                 // why a recording failed (graphs then off)
+  };
+  GraphUse graph_use() const;
 
  private:
   struct Impl;

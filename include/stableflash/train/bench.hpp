@@ -42,6 +42,10 @@ struct BenchTrainResult {
   // up with). 0 when not overlapped.
   bool optimizer_overlapped = false;
   double optimizer_wait_ms = 0;
+  // train.cuda_graph on a GPU: the timed steps' micro-batches replayed from a CUDA graph (all of
+  // them, when it works: the warm-up recorded it), and the engine's line on it (why not, if not).
+  bool cuda_graph = false;
+  std::string execution;
   // Data parallel: how long this rank's compute stream stood waiting for communication per step
   // (the last gradient reduction after the backward, the parameters' all-gather before the
   // forward reads them; timed by CUDA events over the timed steps), and its share of the step

@@ -54,6 +54,9 @@ struct TrainResult {
   std::vector<StepMetrics> steps;  // the steps this call ran
   std::string last_checkpoint;
   int stopped_by_signal = 0;       // SIGINT or SIGTERM when one stopped the run before train.steps
+  // How the engine ran the steps, one line (the GPU: CUDA graphs used, or why not); empty on the CPU.
+  std::string execution;
+  std::int64_t graph_replays = 0;  // micro-batches replayed from a CUDA graph
 };
 
 // Thrown when the loss (or the gradient norm) is NaN or infinite: names the step and the last good

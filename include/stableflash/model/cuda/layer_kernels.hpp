@@ -25,9 +25,10 @@ void encoder_forward(float* x, const int* tokens, const float* wte, const float*
 //   dwpe[t, c] += sum over b ascending of dx[b * T + t, c];
 //   dwte[token_ids[u], c] += sum over i in [token_offsets[u], token_offsets[u + 1]) ascending of
 //   dx[token_rows[i], c], where the host grouped the rows of each distinct token (token_rows
-//   ascending within a group; `distinct` groups).
+//   ascending within a group; `*distinct` groups, at most B * T, read from device memory so that a
+//   CUDA graph replaying the launch sees each batch's count).
 void encoder_backward(float* dwte, float* dwpe, const float* dx, const int* token_ids, const int* token_offsets,
-                      const int* token_rows, int distinct, int B, int T, int C, cudaStream_t stream);
+                      const int* token_rows, const int* distinct /*device, [1]*/, int B, int T, int C, cudaStream_t stream);
 
 // The token embedding split of data-parallel training (gpt2_cuda.hpp, set_token_embedding_split):
 // encoder_backward's wte sums written, not added, one row per group:
