@@ -4,9 +4,6 @@
 // column-major [C, R] matrix with the same ld, i.e. its transpose. So row-major C = op(A) op(B) is
 // column-major C^T = op(B)^T op(A)^T: cuBLASLt gets B as its first operand and A as its second,
 // each with the caller's transpose flag, and m = C.cols, n = C.rows.
-//
-// The two GELU epilogues of the trainer's MLP have a second implementation, CUTLASS sm90 kernels
-// (cutlass_gelu_gemm.hpp), which is one more candidate where it can run the call.
 #include <cublasLt.h>
 
 #include <cstring>
@@ -14,10 +11,8 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
-#include <utility>
 
 #include "stableflash/model/cuda/blas.hpp"
-#include "stableflash/model/cuda/cutlass_gelu_gemm.hpp"
 #include "stableflash/model/cuda/device_array.hpp"
 
 namespace stableflash::model::cuda {
@@ -41,36 +36,13 @@ int alignment_bytes(const void* p) {
   return a;
 }
 
-// Everything that makes cuBLASLt choose differently, or decides whether the CUTLASS GELU kernels
-// can run the call (beta = 0, the bias's alignment); the cache key of the choice.
+// Everything that makes cuBLASLt choose differently; the cache key of the chosen algorithm.
 struct Key {
-  int ta, tb, m, n, k, batch, ta_type, tb_type, c_type, bias, epilogue, beta_zero;
+  int ta, tb, m, n, k, batch, ta_type, tb_type, c_type, bias, epilogue;
   std::int64_t lda, ldb, ldc, sa, sb, sc;
-  int align_a, align_b, align_c, align_aux, align_bias;
+  int align_a, align_b, align_c, align_aux;
   bool operator<(const Key& o) const { return std::memcmp(this, &o, sizeof(Key)) < 0; }
 };
-
-// What a shape runs, decided at its first use.
-struct Choice {
-  bool cutlass = false;  // the CUTLASS GELU kernel (cutlass_gelu_gemm.hpp) rather than cuBLASLt's `algo`
-  cublasLtMatmulAlgo_t algo{};
-};
-
-// The CUTLASS GELU kernels' form of a call, where it has one: the forward GELU with A and B
-// untransposed (the fc product), the backward with B transposed (dX of the MLP projection), BF16,
-// one product, beta = 0 (D is not read).
-bool cutlass_form(Trans ta, Trans tb, const MatrixView& a, const MatrixView& b, const MatrixView& c, const GemmOptions& opt,
-                  GeluGemm& which, GeluGemmArgs& args) {
-  const bool bf16 = a.type == DType::bf16 && b.type == DType::bf16 && c.type == DType::bf16;
-  if (!bf16 || opt.batch != 1 || opt.beta != 0.0f || ta != Trans::no) return false;
-  if (opt.epilogue == Epilogue::gelu && tb == Trans::no) which = GeluGemm::forward;
-  else if (opt.epilogue == Epilogue::dgelu && tb == Trans::yes) which = GeluGemm::backward;
-  else return false;
-  args.m = c.rows, args.n = c.cols, args.k = a.cols;
-  args.a = a.data, args.lda = a.ld, args.b = b.data, args.ldb = b.ld, args.d = c.data, args.ldd = c.ld;
-  args.aux = opt.aux, args.bias = opt.bias, args.alpha = opt.alpha;
-  return true;
-}
 
 template <class V>
 void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const V& v) {
@@ -98,10 +70,9 @@ struct Layout {
 struct Blas::Impl {
   cudaStream_t stream;
   bool tune = false;
-  bool cutlass = true;
   cublasLtHandle_t handle = nullptr;
   DeviceArray<char> workspace{kWorkspaceBytes};
-  std::map<Key, Choice> choices;
+  std::map<Key, cublasLtMatmulAlgo_t> algos;
 
   // The product with one algorithm (the output and the epilogue's aux as the caller gave them).
   cublasStatus_t run(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulDesc_t desc, const Layout& first, const Layout& second,
@@ -110,33 +81,10 @@ struct Blas::Impl {
     return cublasLtMatmul(handle, desc, &alpha, b.data, first.layout, a.data, second.layout, &beta, c.data, out.layout, c.data,
                           out.layout, &algo, workspace.get(), kWorkspaceBytes, stream);
   }
-  // Milliseconds of kTimedRuns calls after a warm-up one; negative where the warm-up fails.
-  template <class Call>
-  float timed(Call&& call);
-  // The fastest candidate's index (-1: none ran) and its time.
-  std::pair<int, float> fastest(const cublasLtMatmulHeuristicResult_t* candidates, int count, cublasLtMatmulDesc_t desc,
-                                const Layout& first, const Layout& second, const Layout& out, const MatrixView& a,
-                                const MatrixView& b, const MatrixView& c, const GemmOptions& opt);
+  cublasLtMatmulAlgo_t fastest(const cublasLtMatmulHeuristicResult_t* candidates, int count, cublasLtMatmulDesc_t desc,
+                               const Layout& first, const Layout& second, const Layout& out, const MatrixView& a,
+                               const MatrixView& b, const MatrixView& c, const GemmOptions& opt);
 };
-
-template <class Call>
-float Blas::Impl::timed(Call&& call) {
-  constexpr int kTimedRuns = 3;
-  if (!call()) return -1.0f;  // warm-up
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
-  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
-  check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
-  for (int r = 0; r < kTimedRuns; ++r)
-    if (!call()) throw std::runtime_error("gemm tuning: a candidate that ran once failed");
-  check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
-  check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize (gemm tuning)");
-  float ms = 0.0f;
-  check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms;
-}
 
 // Times the heuristic's candidates on the caller's operands (first use of a shape only) and keeps
 // the fastest: cuBLASLt's first guess is the library's model of the GPU, not a measurement, and on
@@ -144,9 +92,9 @@ float Blas::Impl::timed(Call&& call) {
 // docs/benchmarks.md). An output accumulated into (beta != 0) is saved and restored around the
 // trials, so the call's result is the chosen algorithm's alone; the aux output of a GELU epilogue
 // and a beta = 0 output are simply rewritten by the real call.
-std::pair<int, float> Blas::Impl::fastest(const cublasLtMatmulHeuristicResult_t* candidates, int count, cublasLtMatmulDesc_t desc,
-                                         const Layout& first, const Layout& second, const Layout& out, const MatrixView& a,
-                                         const MatrixView& b, const MatrixView& c, const GemmOptions& opt) {
+cublasLtMatmulAlgo_t Blas::Impl::fastest(const cublasLtMatmulHeuristicResult_t* candidates, int count, cublasLtMatmulDesc_t desc,
+                                        const Layout& first, const Layout& second, const Layout& out, const MatrixView& a,
+                                        const MatrixView& b, const MatrixView& c, const GemmOptions& opt) {
   constexpr int kTimedRuns = 3;
   // Timing synchronizes: it cannot happen while the stream is recorded into a CUDA graph. The
   // recorder runs each shape once before recording it (stream_graph.hpp); a shape first seen
@@ -164,24 +112,34 @@ std::pair<int, float> Blas::Impl::fastest(const cublasLtMatmulHeuristicResult_t*
     check_cuda(cudaMallocAsync(&saved, c_bytes, stream), "cudaMallocAsync (gemm tuning)");
     check_cuda(cudaMemcpyAsync(saved, c.data, c_bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync (gemm tuning)");
   }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
   int best = -1;  // none ran yet
   float best_ms = 0.0f;
   for (int i = 0; i < count; ++i) {
     if (candidates[i].workspaceSize > kWorkspaceBytes) continue;
-    const float ms = timed([&] { return run(candidates[i].algo, desc, first, second, out, a, b, c, opt) == CUBLAS_STATUS_SUCCESS; });
-    if (ms >= 0.0f && (best < 0 || ms < best_ms)) best = i, best_ms = ms;
+    if (run(candidates[i].algo, desc, first, second, out, a, b, c, opt) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up
+    check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
+    for (int r = 0; r < kTimedRuns; ++r) check_lt(run(candidates[i].algo, desc, first, second, out, a, b, c, opt), "cublasLtMatmul (tuning)");
+    check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(stop), "cudaEventSynchronize (gemm tuning)");
+    float ms = 0.0f;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (best < 0 || ms < best_ms) best = i, best_ms = ms;
   }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
   if (saved) {
     check_cuda(cudaMemcpyAsync(c.data, saved, c_bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync (gemm tuning)");
     check_cuda(cudaFreeAsync(saved, stream), "cudaFreeAsync (gemm tuning)");
   }
-  return {best, best_ms};
+  return candidates[best < 0 ? 0 : best].algo;  // none ran: the heuristic's first, whose call reports the error
 }
 
-Blas::Blas(cudaStream_t stream, bool tune, bool cutlass_gelu) : impl_(std::make_unique<Impl>()) {
+Blas::Blas(cudaStream_t stream, bool tune) : impl_(std::make_unique<Impl>()) {
   impl_->stream = stream;
   impl_->tune = tune;
-  impl_->cutlass = cutlass_gelu;
   check_lt(cublasLtCreate(&impl_->handle), "cublasLtCreate");
 }
 
@@ -217,7 +175,7 @@ void Blas::gemm(Trans ta, Trans tb, const MatrixView& a, const MatrixView& b, co
   Key key{};  // zeroed padding: compared bytewise
   key.ta = int(ta), key.tb = int(tb), key.m = M, key.n = N, key.k = K, key.batch = opt.batch;
   key.ta_type = int(a.type), key.tb_type = int(b.type), key.c_type = int(c.type), key.bias = opt.bias != nullptr;
-  key.epilogue = int(opt.epilogue), key.beta_zero = opt.beta == 0.0f;
+  key.epilogue = int(opt.epilogue);
   key.lda = a.ld, key.ldb = b.ld, key.ldc = c.ld, key.sa = a.batch_stride, key.sb = b.batch_stride, key.sc = c.batch_stride;
   key.align_a = alignment_bytes(a.data), key.align_b = alignment_bytes(b.data), key.align_c = alignment_bytes(c.data);
 
@@ -246,23 +204,13 @@ void Blas::gemm(Trans ta, Trans tb, const MatrixView& a, const MatrixView& b, co
     set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld);
     key.align_aux = alignment_bytes(opt.aux);  // algorithms are chosen for this alignment too
   }
-  if (opt.bias) key.align_bias = alignment_bytes(opt.bias);
   // Stored (col-major) shapes: B^T is [b.cols, b.rows] with ld b.ld, likewise A^T and C^T.
   Layout first(b.type, std::uint64_t(b.cols), std::uint64_t(b.rows), b.ld, opt.batch, b.batch_stride);
   Layout second(a.type, std::uint64_t(a.cols), std::uint64_t(a.rows), a.ld, opt.batch, a.batch_stride);
   Layout out(c.type, std::uint64_t(c.cols), std::uint64_t(c.rows), c.ld, opt.batch, c.batch_stride);
 
-  GeluGemm which{};
-  GeluGemmArgs cutlass_args;
-  const bool cutlass_ok =
-      impl_->cutlass && cutlass_form(ta, tb, a, b, c, opt, which, cutlass_args) && cutlass_gelu_gemm_supported(which, cutlass_args);
-  auto found = impl_->choices.find(key);
-  // Deterministic runs take the CUTLASS kernel wherever it runs the call (a fixed rule; it splits
-  // no sum, so it repeats its bits). The rule rests on the kernel being faster than cuBLASLt's GELU
-  // epilogues at the trainer's shapes (cutlass_gelu_gemm.cuh's reasoning), which the GEMM lab
-  // (scripts/gemm-lab.sh) measures; where it does not hold, this rule must change.
-  if (found == impl_->choices.end() && cutlass_ok && !impl_->tune) found = impl_->choices.emplace(key, Choice{true, {}}).first;
-  if (found == impl_->choices.end()) {
+  auto found = impl_->algos.find(key);
+  if (found == impl_->algos.end()) {
     cublasLtMatmulPreference_t pref = nullptr;
     check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
     const std::uint64_t ws = kWorkspaceBytes;
@@ -277,33 +225,14 @@ void Blas::gemm(Trans ta, Trans tb, const MatrixView& a, const MatrixView& b, co
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(impl_->handle, desc, first.layout, second.layout, out.layout,
                                                              out.layout, pref, impl_->tune ? kTuningCandidates : 1, results, &count);
     cublasLtMatmulPreferenceDestroy(pref);
-    const bool lt_has = st == CUBLAS_STATUS_SUCCESS && count > 0;
-    if (!lt_has && !cutlass_ok)
+    if (st != CUBLAS_STATUS_SUCCESS || count == 0)
       throw std::runtime_error("cuBLASLt has no algorithm for C " + shape(c) + " = op(A) " + shape(a) + " op(B) " + shape(b) +
                                " (" + name(a.type) + " -> " + name(c.type) + ", batch " + std::to_string(opt.batch) + ")");
-    Choice choice;
-    choice.cutlass = !lt_has;
-    if (lt_has) {
-      choice.algo = results[0].algo;
-      if (count > 1 || cutlass_ok) {  // tuning (the CUTLASS kernel is a candidate only when tuning: see above)
-        const auto [best, lt_ms] = impl_->fastest(results, count, desc, first, second, out, a, b, c, opt);
-        if (best >= 0) choice.algo = results[best].algo;  // none ran: the heuristic's first, whose call reports the error
-        if (cutlass_ok) {
-          const float cutlass_ms = impl_->timed([&] {
-            cutlass_gelu_gemm(which, cutlass_args, impl_->stream);
-            return true;
-          });
-          choice.cutlass = best < 0 || cutlass_ms < lt_ms;
-        }
-      }
-    }
-    found = impl_->choices.emplace(key, choice).first;
+    const cublasLtMatmulAlgo_t algo =
+        count > 1 ? impl_->fastest(results, count, desc, first, second, out, a, b, c, opt) : results[0].algo;
+    found = impl_->algos.emplace(key, algo).first;
   }
-  if (found->second.cutlass) {
-    cutlass_gelu_gemm(which, cutlass_args, impl_->stream);
-    return;
-  }
-  check_lt(impl_->run(found->second.algo, desc, first, second, out, a, b, c, opt), "cublasLtMatmul");
+  check_lt(impl_->run(found->second, desc, first, second, out, a, b, c, opt), "cublasLtMatmul");
 }
 
 }  // namespace stableflash::model::cuda

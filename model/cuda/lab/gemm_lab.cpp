@@ -3,9 +3,6 @@
 // each algorithm's result checked. Bench only: not part of any library (docs/cuda-kernels.md,
 // "GEMM lab"). Links the CUDA runtime and cuBLASLt, nothing of the project; the kernels (input
 // fills, the check's gathers, the two-pass alternative's element-wise passes) are in gemm_lab_kernels.cu.
-// After cuBLASLt, the CUTLASS GELU kernels (model/cuda/cutlass_gelu_gemm.cuh, what Blas runs
-// instead of these epilogues where it can) on the same operands, with the same check: the
-// library's configuration and its rivals (gemm_lab_cutlass.cuh), one summary row each.
 //
 //   gemm_lab [--tokens 16384] [--embd 768] [--hidden 3072] [--reps 30] [--warmup 5] [--requested 32]
 //            [--only SUBSTRING] [--brief] [--no-search]
@@ -827,63 +824,6 @@ struct Lab {
   void* scratch_out = nullptr;
   int sm_count = 132;
 
-  // -------------------------------------------------------------------------------------------
-  // The CUTLASS GELU products (gemm_lab_cutlass.cuh: the library's configuration, then its
-  // rivals) on the fused variant's operands, checked like its cuBLASLt algorithms. The same
-  // memory in row-major terms (cutlass_gelu_gemm.hpp): A = the variant's second operand [N, C],
-  // B = its first (W_fc [C, F] for the forward, W_fcproj [F, C] for the backward), D and aux [N, F].
-  void run_cutlass(const Variant& fused, bool forward) {
-    stableflash::model::cuda::GeluGemmArgs args;
-    args.m = fused.n, args.n = fused.m, args.k = fused.k;
-    args.a = fused.b.data, args.lda = fused.b.ld;
-    args.b = fused.a.data, args.ldb = fused.a.ld;
-    args.d = fused.d, args.ldd = fused.ldd;
-    args.aux = fused.aux, args.bias = forward ? fused.bias : nullptr;
-    const std::vector<Sample> pts = samples(fused);
-    std::vector<Expect> want;
-    for (const Sample& q : pts) want.push_back(expect(fused, q, false));
-    for (int cfg = 0; cfg < gemm_lab::kCutlassConfigs; ++cfg) {
-      auto call = [&](bool launch) {
-        return forward ? gemm_lab::cutlass_forward(cfg, args, stream, launch) : gemm_lab::cutlass_backward(cfg, args, stream, launch);
-      };
-      const gemm_lab::CutlassResult info = call(false);
-      Summary sum;
-      sum.family = fused.family;
-      sum.name = "CUTLASS " + info.name + (cfg == 0 ? " (the library's)" : "");
-      sum.flop = fused.flop();
-      std::printf("\n=== %s: %s\n", sum.family.c_str(), sum.name.c_str());
-      if (!info.supported) {
-        sum.error = "does not support these arguments";
-        std::printf("  %s\n", sum.error.c_str());
-        summaries.push_back(sum);
-        continue;
-      }
-      prepare_inputs(fused);  // backward: fch
-      poison_outputs(fused);
-      const gemm_lab::CutlassResult first = call(true);
-      ck(cudaGetLastError(), "CUTLASS launch");
-      if (!first.ran) {
-        sum.error = "CUTLASS: " + first.error;
-        std::printf("  %s\n", sum.error.c_str());
-        summaries.push_back(sum);
-        continue;
-      }
-      sync();
-      const Timing t = time([&] { call(true); });
-      ck(cudaGetLastError(), "CUTLASS timing");
-      const auto r = check(fused, pts, want, fused.d, "CUTLASS");
-      if (r.first) sum.ok = false, total_failures += r.first;
-      const std::string kernels = captured_kernels([&] { return call(true).ran ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED; });
-      std::printf("  %8.1f us %6.1f TFLOP/s (min %7.1f us)  check %s (worst %.2f of bound)\n        kernels: %s\n", 1e3 * t.median_ms,
-                  fused.flop() / (t.median_ms * 1e-3) / 1e12, 1e3 * t.min_ms, r.first ? "FAILED" : "ok", r.second, kernels.c_str());
-      sum.best = t.median_ms;
-      sum.algos = 1;
-      sum.best_desc = info.name;
-      sum.best_kernel = kernels;
-      summaries.push_back(sum);
-    }
-  }
-
   void print_summary() {
     // the first kernel's name only (the listing above has them all, with grids)
     auto first = [](const std::string& k) {
@@ -1095,10 +1035,6 @@ int main(int argc, char** argv) {
     if (lab.best_algo.count(Lab::key(*bwd_plain))) lab.run_two_pass(*bwd_plain, *bwd_fused, false, which);
   for (const char* which : {"fastest", "rank 0"})
     if (lab.best_algo.count(Lab::key(*fwd_bias))) lab.run_two_pass(*fwd_bias, *fwd_fused, true, which);
-  // The CUTLASS kernels (--only matches "<family> CUTLASS <trainer's variant name>").
-  for (const Variant* fused : {bwd_fused, fwd_fused})
-    if (o.only.empty() || (fused->family + " CUTLASS " + fused->name).find(o.only) != std::string::npos)
-      lab.run_cutlass(*fused, fused == fwd_fused);
 
   lab.print_summary();
   ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");

@@ -4,9 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <string>
-
-#include "stableflash/model/cuda/cutlass_gelu_gemm.hpp"  // the argument struct only: the lab links nothing of the project
 
 #if defined(__CUDACC__)
 #define SF_LAB_HD __host__ __device__
@@ -46,15 +43,5 @@ void row_sums(const void* d, std::int64_t rows, std::int64_t cols, std::int64_t 
 // out = dout * GELU'(pre) (out may be dout), and out = GELU(pre).
 void dgelu(void* out, const void* dout, const void* pre, std::int64_t count8, int blocks, cudaStream_t stream);
 void gelu(void* out, const void* pre, std::int64_t count8, int blocks, cudaStream_t stream);
-
-// The CUTLASS GELU products (gemm_lab_cutlass.cuh): configuration `config` in [0, kCutlassConfigs),
-// 0 the library's. With launch = false only the name and whether it supports the arguments.
-constexpr int kCutlassConfigs = 3;
-struct CutlassResult {
-  std::string name, error;
-  bool supported = false, ran = false;
-};
-CutlassResult cutlass_forward(int config, const stableflash::model::cuda::GeluGemmArgs& args, cudaStream_t stream, bool launch);
-CutlassResult cutlass_backward(int config, const stableflash::model::cuda::GeluGemmArgs& args, cudaStream_t stream, bool launch);
 
 }  // namespace gemm_lab

@@ -11,11 +11,6 @@
 // the same algorithm. Without tuning it is cuBLASLt's heuristic's first answer (the same on every
 // run: what bitwise-reproducible training needs); with tuning, the fastest of the heuristic's first
 // eight answers timed on the call's own operands (varies between runs with the timings).
-//
-// The two GELU epilogues in the trainer's form (forward: A, B untransposed; backward: B
-// transposed; BF16, beta = 0, 16-byte aligned) have a second implementation, CUTLASS sm90
-// kernels (cutlass_gelu_gemm.hpp): deterministic runs take it wherever it can run the call, tuned
-// runs time it beside cuBLASLt's candidates.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,9 +42,8 @@ inline MatrixView f32_matrix(const void* p, int rows, int cols, std::int64_t ld 
 
 enum class Trans : std::uint8_t { no, yes };
 
-// What the product's epilogue applies to the FP32 product before the output rounding (GELU is
-// GPT-2's tanh approximation; tests/model_gpu/blas_gpu_test.cpp checks which GELU cuBLASLt and the
-// CUTLASS kernels compute).
+// What cuBLASLt applies to the FP32 product before the output rounding (GELU is GPT-2's tanh
+// approximation; tests/model_gpu/blas_gpu_test.cu checks which GELU the library computes).
 enum class Epilogue : std::uint8_t {
   none,
   gelu,   // C = GELU(product [+ bias]); `aux` receives the GELU input, laid out like C (BF16 C only)
@@ -69,9 +63,8 @@ struct GemmOptions {
 class Blas {
  public:
   // Works on `stream`; owns a cuBLASLt handle and a 32 MiB workspace on the current device.
-  // `tune`: time the candidate algorithms at a shape's first use (see above). `cutlass_gelu`:
-  // whether the CUTLASS GELU kernels are candidates (false: cuBLASLt alone, for the tests that pin it).
-  explicit Blas(cudaStream_t stream, bool tune = false, bool cutlass_gelu = true);
+  // `tune`: time the candidate algorithms at a shape's first use (see above).
+  explicit Blas(cudaStream_t stream, bool tune = false);
   ~Blas();
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
