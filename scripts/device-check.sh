@@ -363,6 +363,11 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ $train = 1 ] && [ $dist = 1 ] && [ "$gpus" -ge 2 ]; then
   W=$(mktemp -d)
   data=${STABLEFLASH_DATA:-$PWD/.deps/corpus/shards}
+  # the default corpus travels packed (carry .deps/corpus-pack/shards.tar.xz, as for device-experiments.sh)
+  if [ ! -d "$data" ] && [ -z "${STABLEFLASH_DATA:-}" ] && [ -f .deps/corpus-pack/shards.tar.xz ]; then
+    mkdir -p .deps/corpus && tar -C .deps/corpus -xJf .deps/corpus-pack/shards.tar.xz
+  fi
+  [ -d "$data" ] || echo "no corpus at $data: carry .deps/corpus-pack/shards.tar.xz or set STABLEFLASH_DATA (the checks below will fail)"
   common=(--preset tiny --quiet --set data.dir="$data" --set train.grad_accum=2 --set train.val_every=10 --set train.checkpoint_every=10)
   if [ $dist_checks = 1 ]; then  # (the body keeps the indentation of the block: it holds here-documents)
   step "data parallel: CPU, one GPU, --gpus 2 and torchrun on the same 20 steps ($data)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """How much the PyTorch op costs over calling the C++ entry point directly: a ratio, not a timed
 test (issue 14: within 3%). Each line times the same shape three ways, all with torch_peers.py's
-method (warm-up, windows of back-to-back calls between two CUDA events, median per-call time):
+method (warm-up, windows of back-to-back calls between two CUDA events, median per-call time); the
+op and the C ABI in three alternating rounds, the median of each:
 
   op      stableflash.torch.attention: forward under no_grad, backward as autograd.grad of a
           retained graph (what a training step pays: output allocation, custom-op dispatch, autograd)
@@ -16,6 +17,7 @@ Exit status 0 unless something fails to run; the ratios are printed for a person
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +30,7 @@ import stableflash.torch as sft
 from stableflash.torch import DEFAULTS, _ops, attention
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROUNDS = 3  # op and C ABI measured alternately, medians taken
 SHAPES = [(16, 12, 1024, 64, True), (8, 16, 4096, 128, True), (4, 16, 512, 64, False)]
 POLICY, DELTA = DEFAULTS["policy"], DEFAULTS["delta_source"]  # the op's defaults (standard, compensated)
 
@@ -106,8 +109,11 @@ def main():
         torch.manual_seed(0)
         q, k, v = (torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
         do = torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16)
-        op = time_op(per_call_ms, q, k, v, do, causal)
-        c_abi = time_c_abi(per_call_ms, q.detach(), k.detach(), v.detach(), do, causal)
+        # Rounds alternate the two paths and each figure is the median over the rounds: a drift of
+        # the GPU's clocks during the run then favours neither (one op run, then one C ABI run, did).
+        rounds = [(time_op(per_call_ms, q, k, v, do, causal), time_c_abi(per_call_ms, q.detach(), k.detach(), v.detach(), do, causal))
+                  for _ in range(ROUNDS)]
+        op, c_abi = ([statistics.median(r[path][i] for r in rounds) for i in range(4)] for path in (0, 1))
         cpp = time_cpp(b, h, t, d, causal)
         ratio = lambda x, y: f"{x / y:.3f}" if y else "-"
         fmt = lambda x: f"{x:.4f}" if x is not None else "-"
