@@ -165,6 +165,23 @@ TEST(EncoderGpu, ForwardMatchesCpu) {
   }
 }
 
+// The host's grouping of rows by token (what the trainer stages): distinct tokens ascending, each
+// group's rows ascending; group u's rows are rows[offsets[u], offsets[u + 1]).
+struct TokenGroups {
+  std::vector<int> ids, offsets{0}, rows;
+};
+TokenGroups group_by_token(const std::vector<int>& tokens) {
+  std::map<int, std::vector<int>> groups;
+  for (int n = 0; n < int(tokens.size()); ++n) groups[tokens[n]].push_back(n);
+  TokenGroups g;
+  for (const auto& [tok, rs] : groups) {
+    g.ids.push_back(tok);
+    g.rows.insert(g.rows.end(), rs.begin(), rs.end());
+    g.offsets.push_back(int(g.rows.size()));
+  }
+  return g;
+}
+
 TEST(EncoderGpu, BackwardRepeatedTokensMatchesCpuAndIsDeterministic) {
   SF_REQUIRE_GPU();
   struct Case { int B, T, C, V; };
@@ -176,15 +193,7 @@ TEST(EncoderGpu, BackwardRepeatedTokensMatchesCpuAndIsDeterministic) {
     const int N = k.B * k.T;
     std::vector<int> tokens(N);
     for (auto& t : tokens) t = int(rng.next() % k.V);  // small vocabulary: many repeats
-    // Host grouping (what the trainer does): distinct tokens ascending, each group's rows ascending.
-    std::map<int, std::vector<int>> groups;
-    for (int n = 0; n < N; ++n) groups[tokens[n]].push_back(n);
-    std::vector<int> ids, offsets{0}, rows;
-    for (const auto& [tok, rs] : groups) {
-      ids.push_back(tok);
-      rows.insert(rows.end(), rs.begin(), rs.end());
-      offsets.push_back(int(rows.size()));
-    }
+    const auto [ids, offsets, rows] = group_by_token(tokens);
     const auto dx = normal_f32(rng, std::size_t(N) * k.C, 1.0);
     const auto wte0 = normal_f32(rng, std::size_t(k.V) * k.C, 0.5);  // nonzero: the kernel accumulates
     const auto wpe0 = normal_f32(rng, std::size_t(k.T) * k.C, 0.5);
@@ -233,14 +242,7 @@ TEST(EncoderGpu, SplitRowsAddedLaterAreEncoderBackwardBitwise) {
     const int N = k.B * k.T;
     std::vector<int> tokens(N);
     for (auto& t : tokens) t = int(rng.next() % k.V);
-    std::map<int, std::vector<int>> groups;
-    for (int n = 0; n < N; ++n) groups[tokens[n]].push_back(n);
-    std::vector<int> ids, offsets{0}, rows;
-    for (const auto& [tok, rs] : groups) {
-      ids.push_back(tok);
-      rows.insert(rows.end(), rs.begin(), rs.end());
-      offsets.push_back(int(rows.size()));
-    }
+    const auto [ids, offsets, rows] = group_by_token(tokens);
     const int distinct = int(ids.size());
     const auto dx = normal_f32(rng, std::size_t(N) * k.C, 1.0);
     const auto wte0 = normal_f32(rng, std::size_t(k.V) * k.C, 0.5);  // the classifier's part, already there

@@ -5,14 +5,27 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "stableflash/data/safetensors.hpp"
 #include "stableflash/train/checkpoint.hpp"
 #include "stableflash/train/trainer.hpp"
+#include "test_files.hpp"
+#include "train_test_util.hpp"
 
 namespace stableflash::train {
+
+// A fixture with the test shards in dir/data, for the tests that train on the GPU.
+class ShardsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(dir.file("data"));
+    stableflash::testing::write_test_shards(dir.file("data"));
+  }
+  stableflash::testing::ScratchDir dir;
+};
 
 inline TrainResult run_on_gpu(const TrainConfig& c, const std::string& run_dir, bool resume = false) {
   TrainOptions o;

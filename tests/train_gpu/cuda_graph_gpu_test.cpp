@@ -24,8 +24,6 @@
 namespace stableflash::train {
 namespace {
 
-namespace fs = std::filesystem;
-using stableflash::testing::ScratchDir;
 
 TrainConfig config(const std::string& data_dir) {
   TrainConfig c = stableflash::testing::small_config(data_dir);
@@ -38,14 +36,7 @@ TrainConfig config(const std::string& data_dir) {
   return c;
 }
 
-class CudaGraphGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    fs::create_directories(dir.file("data"));
-    stableflash::testing::write_test_shards(dir.file("data"));
-  }
-  ScratchDir dir;
-};
+class CudaGraphGpu : public ShardsTest {};
 
 TEST_F(CudaGraphGpu, ReplayedStepsAreBitwiseThoseOfPlainLaunches) {
   SF_REQUIRE_GPU();

@@ -27,8 +27,6 @@
 namespace stableflash::train {
 namespace {
 
-namespace fs = std::filesystem;
-using stableflash::testing::ScratchDir;
 
 TrainConfig config(const std::string& data_dir) {
   TrainConfig c = stableflash::testing::small_config(data_dir);
@@ -41,14 +39,7 @@ TrainConfig config(const std::string& data_dir) {
   return c;
 }
 
-class OverlapGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    fs::create_directories(dir.file("data"));
-    stableflash::testing::write_test_shards(dir.file("data"));
-  }
-  ScratchDir dir;
-};
+class OverlapGpu : public ShardsTest {};
 
 TEST_F(OverlapGpu, OverlappedOptimizerIsBitwiseTheSequentialOne) {
   SF_REQUIRE_GPU();
