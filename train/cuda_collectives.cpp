@@ -79,10 +79,6 @@ void Collectives::all_gather_counts(std::int32_t* values, std::int64_t per_rank)
   check(ncclAllGather(values + world_.rank * per_rank, values, std::size_t(per_rank), ncclInt32, comm_, stream_), "ncclAllGather (counts)");
 }
 
-void Collectives::all_gather_scalars(double* values) {
-  check(ncclAllGather(values + world_.rank, values, 1, ncclDouble, comm_, stream_), "ncclAllGather (scalars)");
-}
-
 void Collectives::exchange_rows(std::span<const RowTransfer> transfers, std::int64_t row_size) {
   check(ncclGroupStart(), "ncclGroupStart (row exchange)");
   for (const RowTransfer& t : transfers) {

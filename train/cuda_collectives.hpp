@@ -42,8 +42,6 @@ class Collectives {
   // Every rank's values[rank * per_rank, (rank + 1) * per_rank) to every rank, in place (device
   // int32 values, for counts).
   void all_gather_counts(std::int32_t* values, std::int64_t per_rank);
-  // Every rank's values[rank] to every rank, in place (device doubles, [size()]).
-  void all_gather_scalars(double* values);
   // Rows of `row_size` floats with their int32 ids, to and from peers, in one NCCL group: each
   // transfer sends send_count rows (and ids) to `peer` and receives recv_count from it. Every peer
   // must post the matching counts; zero counts move nothing.

@@ -8,12 +8,9 @@
 // buckets are reduce-scattered: each rank ends up with the summed gradients of its shard, updates
 // only those parameters (and keeps only their optimizer state), and all-gathers the updated FP32
 // parameters bucket by bucket while the rest updates and the next forward starts; the gradient
-// norm is summed from per-rank parts in rank order, on the device (an all-gather of one FP64 value
-// per rank). With dist.zero_stage = 0 the buckets are all-reduced and every rank runs the whole,
-// identical optimizer step. Either way every rank keeps identical weights; the loss is summed the
-// same way; and, as on one GPU, no zero_grad memset: the update zeroes the gradients it reads, and
-// under ZeRO-1 the communication stream zeroes the pieces a rank does not own once their
-// reduce-scatter is done (data_parallel_sync.hpp). With dist.split_embedding (the
+// norm is summed from per-rank parts in rank order. With dist.zero_stage = 0 the buckets are
+// all-reduced and every rank runs the whole, identical optimizer step. Either way every rank
+// keeps identical weights; the loss is summed the same way. With dist.split_embedding (the
 // default) the tied wte's classifier gradient is reduced right after the classifier and only the
 // embedding lookup's rows at the end (data_parallel_sync.hpp).
 //
@@ -181,8 +178,7 @@ class CudaEngine final : public TrainingEngine {
   model::Capture take_capture() override { return model_.take_capture(); }
 
   void zero_grad() override {
-    before_writing_gradients();
-    if (grads_zeroed_) return;  // the last optimizer step (and under ZeRO-1 the communication stream) zeroed them
+    if (grads_zeroed_) return;  // the last optimizer step zeroed them as it read them
     // No update can still be reading them on the optimizer's stream (one that ran set
     // grads_zeroed_, and the forward since waited for it); this wait only makes sure. Not for
     // ZeRO-1's gathers, which write parameters only and overlap the next forward.
@@ -191,7 +187,6 @@ class CudaEngine final : public TrainingEngine {
   }
   void train_micro_batch(std::span<const int> tokens, std::span<const int> targets, int batch, int len, float loss_scale,
                          bool last) override {
-    before_writing_gradients();
     grads_zeroed_ = false;
     if (!sync_ || !last) {
       model_.train_micro_batch(tokens, targets, batch, len, loss_scale);
@@ -223,13 +218,12 @@ class CudaEngine final : public TrainingEngine {
       optimizer_.queue_clip_grad_norm(model_.grads(), max_norm);
       return;
     }
-    // Each rank's part of the sum of squares (its owned pieces, reduced, and its slice of the
-    // replicated buckets: never an unowned piece, which may be being zeroed), all-gathered on the
-    // device and added in rank order on every rank: the same clipping factor everywhere, the same
-    // bits every run (an all-gather, so NCCL's summation order does not enter), and the host waits
-    // for nothing (the norm is read behind an event, as on one GPU).
-    sync_->share_norm_parts(optimizer_.queue_rank_sum_of_squares(model_.grads()));
-    optimizer_.queue_clip_from_rank_parts(max_norm);
+    // Each rank's part of the sum of squares, added in rank order on every rank: the same clipping
+    // factor everywhere, the same bits every run (NCCL's summation order does not enter).
+    const std::vector<double> parts = collectives_->gather(optimizer_.grad_sum_of_squares(model_.grads()));
+    double sum = 0;
+    for (double p : parts) sum += p;
+    optimizer_.clip_with_sum_of_squares(sum, max_norm);
   }
   double grad_norm() override { return optimizer_.last_grad_norm(); }
   void optimizer_step(double lr) override {
@@ -251,11 +245,8 @@ class CudaEngine final : public TrainingEngine {
       return;
     }
     sync_->wait_for_all_parameters();  // a no-op after a forward; guards against writing what a gather still writes
-    // The update zeroes the owned gradients it reads; the communication stream zeroes the rest
-    // (data_parallel_sync.hpp): together the next step's zero_grad.
     optimizer_.step(model_.params(), params16, model_.grads(), lr,
-                    [this, params16](int bucket) { sync_->gather_after_update(bucket, model_.params(), params16); }, /*zero_grads=*/true);
-    grads_zeroed_ = true;
+                    [this, params16](int bucket) { sync_->gather_after_update(bucket, model_.params(), params16); });
   }
   bool any_rank(bool local) override { return collectives_ ? collectives_->sum(local ? 1.0 : 0.0) > 0.5 : local; }
   std::vector<double> from_every_rank(double local) override { return collectives_ ? collectives_->gather(local) : std::vector<double>{local}; }
@@ -297,12 +288,6 @@ class CudaEngine final : public TrainingEngine {
       throw std::logic_error("rank " + std::to_string(world_.rank) +
                              ": the forward did not announce every parameter range it reads (set_parameters_needed); "
                              "it may have read parameters before their " + std::string(zero_ ? "all-gather" : "update") + " finished");
-  }
-  // ZeRO-1: the communication stream zeroes the unowned gradient pieces after a step's reductions
-  // (data_parallel_sync.hpp); the compute stream waits for that before it writes a gradient (the
-  // memset of zero_grad, a backward), once per step.
-  void before_writing_gradients() {
-    if (zero_) sync_->wait_for_gradient_zeroing();
   }
   // Before anything but a forward reads or writes the parameters: the compute stream waits for
   // every pending all-gather (ZeRO-1) or part of the overlapped update.

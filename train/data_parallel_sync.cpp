@@ -24,8 +24,7 @@ DataParallelSync::DataParallelSync(Collectives& collectives, optim::ShardPlan pl
   ready_.resize(n), gathered_.resize(n), pending_.assign(n, false);
   for (auto* events : {&ready_, &gathered_})
     for (auto& e : *events) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-  for (cudaEvent_t* e : {&reduced_, &zeroed_, &norm_part_, &norm_shared_})
-    check_cuda(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
+  check_cuda(cudaEventCreateWithFlags(&reduced_, cudaEventDisableTiming), "cudaEventCreate");
   if (const optim::TokenEmbeddingSplit* e = plan_.token_embedding()) {
     const std::int64_t W = coll_.size(), C = e->row_size;
     rows_ = model::cuda::DeviceArray<float>(std::size_t(max_rows * C));
@@ -43,8 +42,7 @@ DataParallelSync::~DataParallelSync() {
   cudaStreamSynchronize(coll_.stream());
   for (auto* events : {&ready_, &gathered_})
     for (auto e : *events) cudaEventDestroy(e);
-  for (cudaEvent_t e : {reduced_, zeroed_, norm_part_, norm_shared_})
-    if (e) cudaEventDestroy(e);
+  if (reduced_) cudaEventDestroy(reduced_);
   if (counts_ready_) cudaEventDestroy(counts_ready_);
   if (rows_ready_) cudaEventDestroy(rows_ready_);
   if (host_counts_) cudaFreeHost(host_counts_);
@@ -58,7 +56,6 @@ void DataParallelSync::begin_backward(float* grads, std::span<const int> tokens)
   grads_ = grads;
   frontier_ = plan_.total();
   next_bucket_ = int(plan_.buckets().size()) - 1;
-  unzeroed_ = -1;
   dense_embedding_issued_ = false;
   if (!splits_token_embedding()) return;
   // The rows this rank will send each owner: its distinct ids per owner's rows, counted now, so
@@ -109,37 +106,6 @@ void DataParallelSync::issue_reduction(int bucket) {
   check_cuda(cudaStreamWaitEvent(coll_.stream(), ready_[std::size_t(bucket)]), "cudaStreamWaitEvent (gradients ready)");
   if (b.replicated) coll_.all_reduce(grads_ + b.range.begin, b.range.size());
   else coll_.reduce_scatter_in_place(grads_ + b.range.begin, b.range.size());
-  // The previous bucket's reduce-scatter is done in stream order: its unowned pieces go now
-  // (the header says why nothing reads them again this step).
-  if (unzeroed_ >= 0) zero_unowned(unzeroed_);
-  unzeroed_ = b.replicated ? -1 : bucket;  // replicated: the update zeroes it all
-}
-
-void DataParallelSync::zero_unowned(int bucket) {
-  const optim::GradientBucket& b = plan_.buckets()[std::size_t(bucket)];
-  const optim::FlatRange own = b.owned(coll_.rank(), coll_.size());
-  const cudaStream_t comm = coll_.stream();
-  if (own.begin > b.range.begin)
-    check_cuda(cudaMemsetAsync(grads_ + b.range.begin, 0, std::size_t(own.begin - b.range.begin) * sizeof(float), comm),
-               "cudaMemsetAsync (unowned gradients)");
-  if (b.range.end > own.end)
-    check_cuda(cudaMemsetAsync(grads_ + own.end, 0, std::size_t(b.range.end - own.end) * sizeof(float), comm),
-               "cudaMemsetAsync (unowned gradients)");
-  unzeroed_ = -1;
-}
-
-void DataParallelSync::wait_for_gradient_zeroing() {
-  if (!zeroing_pending_) return;
-  compute_waits(zeroed_);
-  zeroing_pending_ = false;
-}
-
-void DataParallelSync::share_norm_parts(double* parts) {
-  check_cuda(cudaEventRecord(norm_part_, compute_), "cudaEventRecord (norm part)");
-  check_cuda(cudaStreamWaitEvent(coll_.stream(), norm_part_), "cudaStreamWaitEvent (norm part)");
-  coll_.all_gather_scalars(parts);
-  check_cuda(cudaEventRecord(norm_shared_, coll_.stream()), "cudaEventRecord (norm parts gathered)");
-  compute_waits(norm_shared_);
 }
 
 void DataParallelSync::end_backward(std::span<const int> staged_ids, const int* staged_ids_device) {
@@ -154,11 +120,6 @@ void DataParallelSync::end_backward(std::span<const int> staged_ids, const int* 
   }
   check_cuda(cudaEventRecord(reduced_, coll_.stream()), "cudaEventRecord (gradients reduced)");
   compute_waits(reduced_);
-  // The last bucket's unowned pieces: queued after reduced_, so the compute stream goes on to the
-  // norm and the update (they touch owned pieces only) while they are zeroed.
-  if (unzeroed_ >= 0) zero_unowned(unzeroed_);
-  check_cuda(cudaEventRecord(zeroed_, coll_.stream()), "cudaEventRecord (unowned gradients zeroed)");
-  zeroing_pending_ = true;
 }
 
 void DataParallelSync::exchange_embedding_rows(std::span<const int> staged_ids, const int* staged_ids_device) {

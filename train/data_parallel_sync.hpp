@@ -21,17 +21,6 @@
 // instead of sum over ranks of (dense + rows): a different FP32 summation order than without the
 // split (and than one GPU), fixed for a given world size, and the same in ZeRO-1 and all-reduce.
 // What stays exposed after the backward: the lowest buckets (wpe, layer 0) and these rows.
-//
-// Zeroing the gradients (the next step's zero_grad, without a pass of its own, as on one GPU):
-// the update zeroes what it reads (the owned pieces, replicated buckets whole); the pieces of a
-// sharded bucket that this rank does not own are zeroed here, on the communication stream, once
-// the bucket's reduce-scatter is done: from then on nothing reads them this step (the norm and the
-// update read owned pieces and replicated buckets only, the lookup rows are added to owned wte
-// rows only, the all-gather overwrites parameters, not gradients) and nothing writes them before
-// the next step's backward. Each bucket's are zeroed after the next bucket's reduction is queued
-// (a ready bucket's reduce-scatter never waits behind a memset), the last bucket's after the
-// step's reductions are done (not in the backward's exposed wait); the next step's zero_grad makes
-// the compute stream wait for that (wait_for_gradient_zeroing).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -81,15 +70,6 @@ class DataParallelSync {
   void wait_for_all_parameters();
   bool parameters_pending() const;
 
-  // The compute stream waits for the zeroing of the gradients' unowned pieces (above), if it has
-  // not yet since the last backward's: before it writes a gradient again.
-  void wait_for_gradient_zeroing();
-
-  // The gradient norm without the host: parts[rank] (device, [world] doubles), written on the
-  // compute stream, goes to every rank (an all-gather on the communication stream), and the compute
-  // stream waits for it: after this, its work reads every rank's part.
-  void share_norm_parts(double* parts);
-
   // Exposed communication: with measuring on, each wait of the compute stream above is bracketed
   // by timing events. take_wait_ms() synchronizes the compute stream and returns the milliseconds
   // it spent waiting since the last call.
@@ -98,7 +78,6 @@ class DataParallelSync {
 
  private:
   void issue_reduction(int bucket);
-  void zero_unowned(int bucket);
   void compute_waits(cudaEvent_t event);
   void exchange_embedding_rows(std::span<const int> staged_ids, const int* staged_ids_device);
 
@@ -109,10 +88,6 @@ class DataParallelSync {
   std::vector<cudaEvent_t> gathered_;  // per bucket: its all-gather and BF16 cast are done
   std::vector<bool> pending_;          // per bucket: gathered_ not yet waited for by the compute stream
   cudaEvent_t reduced_ = nullptr;      // every reduction of the backward is done
-  cudaEvent_t zeroed_ = nullptr;       // and the unowned gradient pieces are zero
-  bool zeroing_pending_ = false;       // zeroed_ not yet waited for by the compute stream
-  cudaEvent_t norm_part_ = nullptr, norm_shared_ = nullptr;  // share_norm_parts: written, gathered
-  int unzeroed_ = -1;                  // the sharded bucket reduced last, its unowned pieces not yet zeroed
   float* grads_ = nullptr;
   std::int64_t frontier_ = 0;          // the backward has finished gradients [frontier_, total)
   int next_bucket_ = -1;               // the highest bucket not yet reduced

@@ -42,10 +42,8 @@ struct CudaOptimizer::Impl {
   std::vector<cuda_detail::MuonTensor> muon;  // the hidden matrices when config.kind is muon
   std::vector<std::pair<int, int>> part_muon;  // not sharded: [first, end) of each part's Muon matrices
   std::vector<FlatRange> norm_slices;         // what this rank adds to the gradient norm
-  int world = 1, rank = 0;                    // of the shard plan (not sharded: one rank)
   DeviceArray<__nv_bfloat16> x, y, gram, poly;
   DeviceArray<double> partials, sums;         // the gradient norm's; sums: one per norm slice
-  DeviceArray<double> rank_parts;             // [world]: every rank's part of the sum of squares
   DeviceArray<double> muon_partials, muon_sum;  // Muon's Frobenius norms'
   double* host_sums = nullptr;  // pinned, so the norm's copy is a true async copy on the stream
   // scales[0]: the pending clipping (set by the norm, read by the next step()); scales[1]: no
@@ -93,7 +91,6 @@ CudaOptimizer::CudaOptimizer(const OptimizerConfig& config, const std::vector<mo
       s.state_count += r.size();
     }
     s.norm_slices = shard_plan->norm_slices(rank);
-    s.world = shard_plan->world(), s.rank = rank;
     s.bucket_chunks.assign(buckets.size(), {0, 0});
   } else if (!update_parts.empty()) {
     std::int64_t at = 0;
@@ -176,7 +173,6 @@ CudaOptimizer::CudaOptimizer(const OptimizerConfig& config, const std::vector<mo
   s.poly = DeviceArray<__nv_bfloat16>(std::size_t(max_gram));
   s.partials = DeviceArray<double>(cuda_detail::kMaxPartials);
   s.sums = DeviceArray<double>(std::max<std::size_t>(1, s.norm_slices.size()));
-  s.rank_parts = DeviceArray<double>(std::size_t(s.world));
   s.muon_partials = DeviceArray<double>(cuda_detail::kMaxPartials);
   s.muon_sum = DeviceArray<double>(1);
   check_cuda(cudaMallocHost(&s.host_sums, s.sums.size() * sizeof(double)), "cudaMallocHost (gradient norm)");
@@ -230,28 +226,7 @@ void CudaOptimizer::queue_clip_grad_norm(const float* grads, double max_norm) {
   // The same fixed-order sums as grad_sum_of_squares, then the factor on the device.
   for (std::size_t k = 0; k < s.norm_slices.size(); ++k)
     cuda_detail::launch_sum_squares(grads + s.norm_slices[k].begin, s.norm_slices[k].size(), s.partials.get(), s.sums.get() + k, stream);
-  queue_clip_factor(s.sums.get(), int(s.norm_slices.size()), max_norm);
-}
-
-double* CudaOptimizer::queue_rank_sum_of_squares(const float* grads) {
-  Impl& s = *impl_;
-  const cudaStream_t stream = s.stream();
-  // grad_sum_of_squares's slices and their sum in ascending order, left on the device.
-  for (std::size_t k = 0; k < s.norm_slices.size(); ++k)
-    cuda_detail::launch_sum_squares(grads + s.norm_slices[k].begin, s.norm_slices[k].size(), s.partials.get(), s.sums.get() + k, stream);
-  cuda_detail::launch_sum_in_order(s.sums.get(), int(s.norm_slices.size()), s.rank_parts.get() + s.rank, stream);
-  return s.rank_parts.get();
-}
-
-void CudaOptimizer::queue_clip_from_rank_parts(double max_norm) {
-  Impl& s = *impl_;
-  queue_clip_factor(s.rank_parts.get(), s.world, max_norm);
-}
-
-void CudaOptimizer::queue_clip_factor(const double* sums, int n, double max_norm) {
-  Impl& s = *impl_;
-  const cudaStream_t stream = s.stream();
-  cuda_detail::launch_clip_factor(sums, n, max_norm, s.scales.get(), stream);
+  cuda_detail::launch_clip_factor(s.sums.get(), int(s.norm_slices.size()), max_norm, s.scales.get(), stream);
   // The norm for the logs: copied behind an event, read by last_grad_norm() when the host wants it.
   check_cuda(cudaMemcpyAsync(s.host_scale, s.scales.get(), sizeof(cuda_detail::StepScale), cudaMemcpyDeviceToHost, stream),
              "cudaMemcpyAsync (gradient norm)");
@@ -286,6 +261,7 @@ int CudaOptimizer::part_count() const { return int(impl_->bucket_chunks.size());
 void CudaOptimizer::step(float* params, __nv_bfloat16* params_bf16, float* grads, double lr,
                          const std::function<void(int part)>& after_part, bool zero_grads) {
   Impl& s = *impl_;
+  if (zero_grads && s.sharded) throw std::invalid_argument("optimizer: zero_grads with a sharded optimizer (it reads only its shard)");
   ++t_;
   const cuda_detail::StepScale* scale = s.clip_pending ? s.scales.get() : s.scales.get() + 1;
   s.clip_pending = false;  // the factor is used by this step only

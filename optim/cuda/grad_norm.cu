@@ -60,12 +60,6 @@ __global__ void clip_factor_kernel(const double* sums, int n, double max_norm, S
   *scale = s;
 }
 
-__global__ void sum_in_order_kernel(const double* x, int n, double* out) {
-  double sum = 0;
-  for (int k = 0; k < n; ++k) sum = __dadd_rn(sum, x[k]);
-  *out = sum;
-}
-
 __global__ void set_scale_kernel(StepScale* scale, StepScale value) { *scale = value; }
 
 }  // namespace
@@ -73,11 +67,6 @@ __global__ void set_scale_kernel(StepScale* scale, StepScale value) { *scale = v
 void launch_clip_factor(const double* sums, int n, double max_norm, StepScale* scale, cudaStream_t stream) {
   clip_factor_kernel<<<1, 1, 0, stream>>>(sums, n, max_norm, scale);
   model::cuda::check_cuda(cudaGetLastError(), "clip factor kernel launch");
-}
-
-void launch_sum_in_order(const double* x, int n, double* out, cudaStream_t stream) {
-  sum_in_order_kernel<<<1, 1, 0, stream>>>(x, n, out);
-  model::cuda::check_cuda(cudaGetLastError(), "sum-in-order kernel launch");
 }
 
 void launch_set_scale(StepScale* scale, const StepScale& value, cudaStream_t stream) {

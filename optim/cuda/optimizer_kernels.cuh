@@ -87,9 +87,6 @@ void launch_sum_squares(const T* x, std::int64_t n, double* partials, double* su
 // square root and the factor, every operation IEEE round-to-nearest: bitwise the host formula of
 // CudaOptimizer::clip_with_sum_of_squares on the same sums). One thread.
 void launch_clip_factor(const double* sums, int n, double max_norm, StepScale* scale, cudaStream_t stream);
-// *out = x[0] + ... + x[n - 1], added in ascending order in FP64 from 0, IEEE round-to-nearest:
-// the host loop of CudaOptimizer::grad_sum_of_squares over its slices, bit for bit. One thread.
-void launch_sum_in_order(const double* x, int n, double* out, cudaStream_t stream);
 // scale = {norm, factor, skip} computed on the host (ZeRO-1: the norm from every rank's part).
 void launch_set_scale(StepScale* scale, const StepScale& value, cudaStream_t stream);
 

@@ -3,8 +3,6 @@
 // reduce-scatter leaves them); the all-gather is emulated by copying each rank's owned pieces.
 // AdamW is element-wise and Muon runs whole matrices (replicated buckets), so every bit must agree
 // once the clipping factor is the same; the norm itself only differs in the FP64 summation order.
-// The ranks run what the ZeRO-1 trainer runs: the norm from per-rank parts on the device and the
-// update zeroing the gradients it reads (their owned ranges only).
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>
@@ -125,12 +123,6 @@ TEST_P(ShardedOptimizerGpu, MatchesUnshardedBitwiseAndStateGathersBack) {
       }
     };
     set_all_params(normal_floats(n, 7, 0.1));
-    auto owned_by = [&](int r) {
-      std::vector<bool> owned(std::size_t(n), false);
-      for (const FlatRange& o : plan.owned(r))
-        for (std::int64_t i = o.begin; i < o.end; ++i) owned[std::size_t(i)] = true;
-      return owned;
-    };
 
     for (int step = 0; step < 3; ++step) {
       SCOPED_TRACE("step " + std::to_string(step));
@@ -143,48 +135,17 @@ TEST_P(ShardedOptimizerGpu, MatchesUnshardedBitwiseAndStateGathersBack) {
       for (auto& r : ranks) sum += r->optimizer.grad_sum_of_squares(r->grads.get());
       EXPECT_NEAR(sum, ref_sum, 1e-12 * ref_sum);
       const double max_norm = step == 1 ? 1e9 : 0.5 * std::sqrt(sum);  // clipped on steps 0 and 2
-      const double host_norm = ref.optimizer.clip_with_sum_of_squares(sum, max_norm);
-      const float host_factor = ref.optimizer.pending_clip_factor();
-      // The ranks take the trainer's path without the host: each rank's part on the device, the
-      // all-gather emulated (every rank's part copied into every rank's array), the factor from
-      // the parts in rank order: the host sum's norm and factor, bit for bit.
-      std::vector<double*> parts;
-      for (auto& r : ranks) parts.push_back(r->optimizer.queue_rank_sum_of_squares(r->grads.get()));
-      check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (test)");
-      for (int q = 0; q < c.world; ++q)
-        for (int r = 0; r < c.world; ++r)
-          if (r != q)
-            check_cuda(cudaMemcpy(parts[std::size_t(r)] + q, parts[std::size_t(q)] + q, sizeof(double), cudaMemcpyDeviceToDevice),
-                       "cudaMemcpy (test)");
-      for (int r = 0; r < c.world; ++r) {
-        ranks[std::size_t(r)]->optimizer.queue_clip_from_rank_parts(max_norm);
-        const double norm = ranks[std::size_t(r)]->optimizer.last_grad_norm();
-        const float factor = ranks[std::size_t(r)]->optimizer.pending_clip_factor();
-        EXPECT_EQ(std::memcmp(&norm, &host_norm, sizeof norm), 0) << "rank " << r << ": norm " << norm << ", host " << host_norm;
-        EXPECT_EQ(std::memcmp(&factor, &host_factor, sizeof factor), 0) << "rank " << r << ": factor " << factor << ", host " << host_factor;
-      }
+      ref.optimizer.clip_with_sum_of_squares(sum, max_norm);
+      for (auto& r : ranks) r->optimizer.clip_with_sum_of_squares(sum, max_norm);
 
-      // The ranks zero the gradients they read (the ZeRO-1 trainer's zero_grad): their owned
-      // ranges, nothing else; the reference reads its own only. The bits of the update must not
-      // care.
       const auto before = download(ranks[0]->params);
       ref.optimizer.step(ref.params.get(), ref.params16.get(), ref.grads.get(), 0.01);
       for (int r = 0; r < c.world; ++r) {
         std::vector<int> called;
         ranks[std::size_t(r)]->optimizer.step(ranks[std::size_t(r)]->params.get(), ranks[std::size_t(r)]->params16.get(),
-                                               ranks[std::size_t(r)]->grads.get(), 0.01, [&](int b) { called.push_back(b); },
-                                               /*zero_grads=*/true);
+                                               ranks[std::size_t(r)]->grads.get(), 0.01, [&](int b) { called.push_back(b); });
         ASSERT_EQ(called.size(), plan.buckets().size()) << "rank " << r;
         for (std::size_t b = 0; b < called.size(); ++b) EXPECT_EQ(called[b], int(b)) << "rank " << r << ": buckets in ascending order";
-        const auto left = download(ranks[std::size_t(r)]->grads);
-        const std::vector<bool> owned = owned_by(r);
-        std::int64_t wrong = 0, first = -1;
-        for (std::int64_t i = 0; i < n; ++i) {
-          const std::size_t k = std::size_t(i);
-          const float want_left = owned[k] ? 0.0f : g[k];
-          if (std::memcmp(&left[k], &want_left, sizeof(float)) != 0 && wrong++ == 0) first = i;
-        }
-        EXPECT_EQ(wrong, 0) << "rank " << r << ": gradient " << first << (first >= 0 && owned[std::size_t(first)] ? " (owned) not zeroed" : " (not owned) written");
       }
       // Each rank wrote its owned ranges and nothing else.
       const auto want = download(ref.params);
@@ -193,7 +154,9 @@ TEST_P(ShardedOptimizerGpu, MatchesUnshardedBitwiseAndStateGathersBack) {
       for (int r = 0; r < c.world; ++r) {
         const auto p = download(ranks[std::size_t(r)]->params);
         const auto p16 = download(ranks[std::size_t(r)]->params16);
-        const std::vector<bool> owned = owned_by(r);
+        std::vector<bool> owned(std::size_t(n), false);
+        for (const FlatRange& o : plan.owned(r))
+          for (std::int64_t i = o.begin; i < o.end; ++i) owned[std::size_t(i)] = true;
         std::int64_t wrong = 0, first = -1;
         for (std::int64_t i = 0; i < n; ++i) {
           const std::size_t k = std::size_t(i);

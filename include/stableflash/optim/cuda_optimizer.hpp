@@ -86,23 +86,12 @@ class CudaOptimizer {
   // clip_grad_norm(g, c) == clip_with_sum_of_squares(grad_sum_of_squares(g), c), bit for bit.
   double grad_sum_of_squares(const float* grads);
   double clip_with_sum_of_squares(double sum_of_squares, double max_norm);
-  // The same two halves without the host (what the ZeRO-1 trainer uses): queue_rank_sum_of_squares
-  // queues this rank's part (grad_sum_of_squares's value, the same bits) into parts[rank] of a
-  // device array of plan.world() doubles and returns it; the caller makes every rank's part arrive
-  // there (an all-gather, ordered before the next call on the stream); queue_clip_from_rank_parts
-  // then queues the factor from parts[0] + parts[1] + ... (added in rank order, then the formula of
-  // clip_with_sum_of_squares: the same bits as that of the host sum) and the norm's copy for
-  // last_grad_norm(), as queue_clip_grad_norm does. Not sharded: one part, this optimizer's.
-  double* queue_rank_sum_of_squares(const float* grads);
-  void queue_clip_from_rank_parts(double max_norm);
 
   // One update with learning rate lr from the (averaged) device gradients, times the pending
   // clipping factor of clip_grad_norm (1 when none; consumed by this call); writes the FP32
   // params and their BF16 copy params_bf16 (same flat layout). grads are read only, unless
-  // zero_grads: then each gradient it reads is set to 0 as it is read (the next step's zero_grad,
-  // with no pass of its own). Sharded, that is the owned ranges only (plan.owned(rank): this
-  // rank's piece of each sharded bucket, replicated buckets whole); the rest of each sharded
-  // bucket is the caller's to zero (the ZeRO-1 trainer does it after the bucket's reduce-scatter).
+  // zero_grads: then each gradient is set to 0 as it is read (the next step's zero_grad, with no
+  // pass of its own; unsharded only).
   // Part by part, ascending, queued on the stream: after the update of part k (its AdamW values,
   // and unsharded its Muon matrices: a matrix belongs to the part it starts in) after_part(k) runs,
   // so the caller can queue work on that part (an event, ZeRO-1's all-gather) while the next
@@ -127,9 +116,6 @@ class CudaOptimizer {
   const float* second_moment_device() const;
 
  private:
-  // The factor from sums[0, n) (device, added in ascending order), the norm's copy, pending.
-  void queue_clip_factor(const double* sums, int n, double max_norm);
-
   struct Impl;
   OptimizerConfig config_;
   std::int64_t t_ = 0;
