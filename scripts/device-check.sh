@@ -382,6 +382,15 @@ if [ $train = 1 ] && [ $dist = 1 ] && [ "$gpus" -ge 2 ]; then
     { echo "--gpus 2 with dist.zero_stage=0 failed"; status=1; }
   timeout 120 "$BIN"/stableflash train "${common[@]}" --gpus 2 --steps 20 --set dist.bucket_mb=1 --run-dir "$W/g2-buckets" ||
     { echo "--gpus 2 with dist.bucket_mb=1 failed"; status=1; }
+  # ZeRO-1 zeroes the gradients without a memset (the update its shard, the communication stream the
+  # rest of each bucket after its reduce-scatter): against all-reduce again with two micro-batches per
+  # rank (accumulated, reduced on the last only) and under Muon (its matrices in replicated buckets).
+  for v in accum4:train.grad_accum=4 muon:optim.name=muon; do
+    for stage in 1 0; do
+      timeout 120 "$BIN"/stableflash train "${common[@]}" --gpus 2 --steps 20 --set "${v#*:}" --set dist.zero_stage=$stage \
+        --run-dir "$W/g2-${v%%:*}-stage$stage" || { echo "--gpus 2 with ${v#*:}, dist.zero_stage=$stage failed"; status=1; }
+    done
+  done
   python3 - "$W" <<'EOF' | tee "$OUT/dist-agreement.txt" || status=1
 import json, math, sys
 w = sys.argv[1]
@@ -407,6 +416,11 @@ for name in ("g2", "torchrun", "g2-allreduce", "g2-buckets"):
 # Two ranks sum each gradient as a + b under either scheme; only the gradient norm's FP64 order differs.
 print("ZeRO-1 losses identical to all-reduce:", losses("g2") == losses("g2-allreduce"),
       "; with 1 MB buckets:", losses("g2-buckets") == losses("g2"))
+for name, what in (("accum4", "2 micro-batches per rank"), ("muon", "Muon")):
+    try:
+        print(f"ZeRO-1 losses identical to all-reduce, {what}:", losses(f"g2-{name}-stage1") == losses(f"g2-{name}-stage0"))
+    except OSError as e:
+        print(f"ZeRO-1 against all-reduce, {what}: missing run ({e})")
 print("two ranks within the bound:", "yes" if not bad else "NO")
 sys.exit(1 if bad else 0)
 EOF
