@@ -373,21 +373,25 @@ if [ $train = 1 ] && [ $dist = 1 ] && [ "$gpus" -ge 2 ]; then
   step "data parallel: CPU, one GPU, --gpus 2 and torchrun on the same 20 steps ($data)"
   "$BIN"/stableflash train "${common[@]}" --device cpu --steps 20 --run-dir "$W/cpu" || status=1
   "$BIN"/stableflash train "${common[@]}" --device cuda --steps 20 --run-dir "$W/g1" || status=1
-  timeout 120 "$BIN"/stableflash train "${common[@]}" --gpus 2 --steps 20 --run-dir "$W/g2" || { echo "--gpus 2 failed"; status=1; }
+  # The two-rank runs compared with each other bit for bit below run deterministic: otherwise each
+  # process times cuBLASLt's candidates and may pick another algorithm (and the attention backward
+  # adds dQ parts in arrival order), so equal losses would be luck (2026-11-30: the same binaries
+  # printed True, then False, for ZeRO-1 against all-reduce).
+  same=(--set train.deterministic=true)
+  timeout 120 "$BIN"/stableflash train "${common[@]}" "${same[@]}" --gpus 2 --steps 20 --run-dir "$W/g2" || { echo "--gpus 2 failed"; status=1; }
   timeout 120 torchrun --standalone --nproc-per-node 2 --no-python "$BIN"/stableflash train "${common[@]}" --steps 20 \
     --run-dir "$W/torchrun" >"$OUT/torchrun.log" 2>&1 || { echo "torchrun launch failed"; tail -20 "$OUT/torchrun.log"; status=1; }
   # ZeRO-1 (the default above) against plain all-reduce, and ZeRO-1 with 1 MB buckets (about 29 of
   # them on the tiny model, so reductions overlap the backward and gathers the forward).
-  timeout 120 "$BIN"/stableflash train "${common[@]}" --gpus 2 --steps 20 --set dist.zero_stage=0 --run-dir "$W/g2-allreduce" ||
+  timeout 120 "$BIN"/stableflash train "${common[@]}" "${same[@]}" --gpus 2 --steps 20 --set dist.zero_stage=0 --run-dir "$W/g2-allreduce" ||
     { echo "--gpus 2 with dist.zero_stage=0 failed"; status=1; }
-  timeout 120 "$BIN"/stableflash train "${common[@]}" --gpus 2 --steps 20 --set dist.bucket_mb=1 --run-dir "$W/g2-buckets" ||
+  timeout 120 "$BIN"/stableflash train "${common[@]}" "${same[@]}" --gpus 2 --steps 20 --set dist.bucket_mb=1 --run-dir "$W/g2-buckets" ||
     { echo "--gpus 2 with dist.bucket_mb=1 failed"; status=1; }
-  # ZeRO-1 zeroes the gradients without a memset (the update its shard, the communication stream the
-  # rest of each bucket after its reduce-scatter): against all-reduce again with two micro-batches per
-  # rank (accumulated, reduced on the last only) and under Muon (its matrices in replicated buckets).
+  # ZeRO-1 against all-reduce again with two micro-batches per rank (accumulated, reduced on the last
+  # only) and under Muon (its matrices in replicated buckets).
   for v in accum4:train.grad_accum=4 muon:optim.name=muon; do
     for stage in 1 0; do
-      timeout 120 "$BIN"/stableflash train "${common[@]}" --gpus 2 --steps 20 --set "${v#*:}" --set dist.zero_stage=$stage \
+      timeout 120 "$BIN"/stableflash train "${common[@]}" "${same[@]}" --gpus 2 --steps 20 --set "${v#*:}" --set dist.zero_stage=$stage \
         --run-dir "$W/g2-${v%%:*}-stage$stage" || { echo "--gpus 2 with ${v#*:}, dist.zero_stage=$stage failed"; status=1; }
     done
   done
