@@ -374,9 +374,10 @@ if [ $train = 1 ] && [ $dist = 1 ] && [ "$gpus" -ge 2 ]; then
   "$BIN"/stableflash train "${common[@]}" --device cpu --steps 20 --run-dir "$W/cpu" || status=1
   "$BIN"/stableflash train "${common[@]}" --device cuda --steps 20 --run-dir "$W/g1" || status=1
   # The two-rank runs compared with each other bit for bit below run deterministic: otherwise each
-  # process times cuBLASLt's candidates and may pick another algorithm (and the attention backward
-  # adds dQ parts in arrival order), so equal losses would be luck (2026-11-30: the same binaries
-  # printed True, then False, for ZeRO-1 against all-reduce).
+  # process times cuBLASLt's candidates at first use and may pick another algorithm (and the
+  # attention backward adds dQ parts in arrival order where a query block has several key blocks),
+  # so equal losses would be luck (2026-11-30: the same binaries printed True, then False, for ZeRO-1
+  # against all-reduce).
   same=(--set train.deterministic=true)
   timeout 120 "$BIN"/stableflash train "${common[@]}" "${same[@]}" --gpus 2 --steps 20 --run-dir "$W/g2" || { echo "--gpus 2 failed"; status=1; }
   timeout 120 torchrun --standalone --nproc-per-node 2 --no-python "$BIN"/stableflash train "${common[@]}" --steps 20 \
