@@ -37,19 +37,29 @@ struct SmallModel {
   }
 };
 
+// Two models of SmallModel with the same weights (seed) and zero gradients: one replaying graphs,
+// one launching as usual; deterministic, so that the two can agree bit for bit.
+struct GraphedAndLaunched {
+  Gpt2Cuda graphed, launched;
+  std::vector<float> params;
+  GraphedAndLaunched(const SmallModel& s, int max_batch, int len, std::uint64_t seed)
+      : graphed(s.config, s.attention, max_batch, len, /*deterministic=*/true),
+        launched(s.config, s.attention, max_batch, len, /*deterministic=*/true),
+        params(std::size_t(graphed.parameter_count())) {
+    init_parameters<float>(s.config, graphed.tensors(), seed, params);
+    graphed.set_params(params), launched.set_params(params);
+    graphed.zero_grad(), launched.zero_grad();
+    graphed.set_cuda_graph(true);
+  }
+};
+
 TEST(Gpt2CudaGraph, ReplaysAreBitwiseTheLaunchesForEveryShapeAndBatch) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
-  const SmallModel s;
   constexpr int kMaxBatch = 4, kLen = 64;
-  // Deterministic: the attention backward's dQ in a fixed order, so two runs can agree bit for bit.
-  Gpt2Cuda graphed(s.config, s.attention, kMaxBatch, kLen, /*deterministic=*/true);
-  Gpt2Cuda launched(s.config, s.attention, kMaxBatch, kLen, /*deterministic=*/true);
-  std::vector<float> params(std::size_t(graphed.parameter_count()));
-  init_parameters<float>(s.config, graphed.tensors(), 7, params);
-  graphed.set_params(params), launched.set_params(params);
-  graphed.zero_grad(), launched.zero_grad();
-  graphed.set_cuda_graph(true);
+  GraphedAndLaunched models(SmallModel{}, kMaxBatch, kLen, 7);
+  Gpt2Cuda &graphed = models.graphed, &launched = models.launched;
+  const std::vector<float>& params = models.params;
 
   struct MicroBatch {
     int batch, len;
@@ -99,15 +109,10 @@ TEST(Gpt2CudaGraph, ReplaysAreBitwiseTheLaunchesForEveryShapeAndBatch) {
 TEST(Gpt2CudaGraph, ProbeCapturesRunAsLaunchesBetweenReplays) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
-  const SmallModel s;
   constexpr int kBatch = 2, kLen = 64;
-  Gpt2Cuda graphed(s.config, s.attention, kBatch, kLen, /*deterministic=*/true);
-  Gpt2Cuda launched(s.config, s.attention, kBatch, kLen, /*deterministic=*/true);
-  std::vector<float> params(std::size_t(graphed.parameter_count()));
-  init_parameters<float>(s.config, graphed.tensors(), 8, params);
-  graphed.set_params(params), launched.set_params(params);
-  graphed.zero_grad(), launched.zero_grad();
-  graphed.set_cuda_graph(true);
+  GraphedAndLaunched models(SmallModel{}, kBatch, kLen, 8);
+  Gpt2Cuda &graphed = models.graphed, &launched = models.launched;
+  const std::vector<float>& params = models.params;
   SplitMix64 rng(12);
   std::vector<float> g_graphed(params.size()), g_launched(params.size());
   for (int i = 0; i < 6; ++i) {

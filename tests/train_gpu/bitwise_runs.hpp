@@ -27,6 +27,18 @@ class ShardsTest : public ::testing::Test {
   stableflash::testing::ScratchDir dir;
 };
 
+// The small deterministic run both bitwise comparisons start from (3 layers of head dim 64, the
+// flash kernels; two micro-batches a step; checkpoints every 3 of 8 steps); each test sets what it
+// varies (probes, the optimizer overlap, the schedule).
+inline TrainConfig bitwise_config(const std::string& data_dir) {
+  TrainConfig c = stableflash::testing::small_config(data_dir);
+  c.model.n_layer = 3, c.model.n_head = 2, c.model.n_embd = 128, c.model.block_size = 64;
+  c.train.batch_size = 4, c.train.seq_len = 64, c.train.grad_accum = 2;
+  c.train.steps = 8, c.train.val_every = 2, c.train.val_batches = 2, c.train.checkpoint_every = 3;
+  c.train.deterministic = true;
+  return c;
+}
+
 inline TrainResult run_on_gpu(const TrainConfig& c, const std::string& run_dir, bool resume = false) {
   TrainOptions o;
   o.run_dir = run_dir, o.resume = resume, o.progress = false;

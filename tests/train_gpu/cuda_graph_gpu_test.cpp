@@ -24,13 +24,9 @@
 namespace stableflash::train {
 namespace {
 
-
 TrainConfig config(const std::string& data_dir) {
-  TrainConfig c = stableflash::testing::small_config(data_dir);
-  c.model.n_layer = 3, c.model.n_head = 2, c.model.n_embd = 128, c.model.block_size = 64;  // head dim 64: the flash kernels
-  c.train.batch_size = 4, c.train.seq_len = 64, c.train.grad_accum = 2;
-  c.train.steps = 8, c.train.val_every = 2, c.train.val_batches = 2, c.train.checkpoint_every = 3, c.train.probe_every = 0;
-  c.train.deterministic = true;
+  TrainConfig c = bitwise_config(data_dir);
+  c.train.probe_every = 0;
   // Warm-up over the first 6 steps, then the cosine: every step has a learning rate of its own.
   c.optim.lr = 3e-3, c.optim.warmup_steps = 6, c.optim.decay_steps = 12, c.optim.min_lr = 3e-4;
   return c;
