@@ -16,6 +16,7 @@
 #include "stableflash/model/cuda/blas.hpp"
 #include "stableflash/model/cuda/device_array.hpp"
 #include "stableflash/numerics/bf16.hpp"
+#include "require_gpu.hpp"
 
 namespace stableflash::model::cuda {
 namespace {
@@ -25,11 +26,6 @@ double gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(kSqrt2OverPi * (x +
 double gelu_tanh_grad(double x) {
   const double t = std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x));
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kSqrt2OverPi * (1 + 3 * 0.044715 * x * x);
-}
-
-bool has_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
 std::vector<bf16> to_bf16(const std::vector<float>& v) {
@@ -70,7 +66,7 @@ double bound(double want) {
 }
 
 TEST(BlasGelu, ForwardEpilogueIsTheTanhGeluAndKeepsItsInput) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  SF_REQUIRE_GPU();
   RankOne p(kX, std::vector<float>(RankOne::N, 1.0f));
   Blas blas(nullptr);
   GemmOptions o;
@@ -88,7 +84,7 @@ TEST(BlasGelu, ForwardEpilogueIsTheTanhGeluAndKeepsItsInput) {
 }
 
 TEST(BlasGelu, BackwardEpilogueMultipliesByTheTanhGeluDerivative) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  SF_REQUIRE_GPU();
   RankOne p(std::vector<float>(RankOne::M, 1.0f), std::vector<float>(RankOne::N, 1.0f));  // product = 1
   std::vector<float> aux_host;
   for (int m = 0; m < RankOne::M; ++m)

@@ -18,6 +18,7 @@
 #include "stableflash/data/safetensors.hpp"
 #include "stableflash/model/gpt2.hpp"
 #include "stableflash/model/gpt2_cuda.hpp"
+#include "require_gpu.hpp"
 
 #ifndef STABLEFLASH_GOLDEN_FILE
 #error "STABLEFLASH_GOLDEN_FILE must name tests/golden/gpt2_tiny_golden.safetensors"
@@ -29,8 +30,7 @@ namespace {
 double ulp_bf16(double x) { return x == 0 ? 0x1p-133 : std::ldexp(1.0, std::ilogb(std::abs(x)) - 7); }
 
 TEST(Gpt2CudaGolden, LossAndEveryGradientWithinTwiceTheAutocastError) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
+  SF_REQUIRE_GPU();
   const auto file = data::SafetensorsFile::read(STABLEFLASH_GOLDEN_FILE);
   auto f64 = [&](const std::string& name) {
     const data::Tensor* t = file.find(name);

@@ -16,6 +16,7 @@
 #include "stableflash/model/gpt2.hpp"
 #include "stableflash/model/gpt2_cuda.hpp"
 #include "stableflash/numerics/random.hpp"
+#include "require_gpu.hpp"
 
 namespace stableflash::model {
 namespace {
@@ -54,8 +55,7 @@ struct GraphedAndLaunched {
 };
 
 TEST(Gpt2CudaGraph, ReplaysAreBitwiseTheLaunchesForEveryShapeAndBatch) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
+  SF_REQUIRE_GPU();
   constexpr int kMaxBatch = 4, kLen = 64;
   GraphedAndLaunched models(SmallModel{}, kMaxBatch, kLen, 7);
   Gpt2Cuda &graphed = models.graphed, &launched = models.launched;
@@ -107,8 +107,7 @@ TEST(Gpt2CudaGraph, ReplaysAreBitwiseTheLaunchesForEveryShapeAndBatch) {
 // A micro-batch with a probe capture requested runs as launches (host copies, a synchronous
 // counting forward), between replays, and leaves the replays' bits alone.
 TEST(Gpt2CudaGraph, ProbeCapturesRunAsLaunchesBetweenReplays) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
+  SF_REQUIRE_GPU();
   constexpr int kBatch = 2, kLen = 64;
   GraphedAndLaunched models(SmallModel{}, kBatch, kLen, 8);
   Gpt2Cuda &graphed = models.graphed, &launched = models.launched;

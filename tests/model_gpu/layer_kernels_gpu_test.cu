@@ -25,6 +25,7 @@
 #include "stableflash/model/layers.hpp"
 #include "stableflash/numerics/bf16.hpp"
 #include "stableflash/numerics/random.hpp"
+#include "require_gpu.hpp"
 
 namespace {
 
@@ -35,15 +36,6 @@ using stableflash::SplitMix64;
 
 constexpr double u = 0x1.0p-24;       // FP32 unit roundoff
 constexpr double u_bf16 = 0x1.0p-8;   // BF16 unit roundoff: |BF16(x) - x| <= 2^-8 |x|
-
-#define SF_REQUIRE_GPU()                                                     \
-  do {                                                                       \
-    int devices = 0;                                                         \
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {       \
-      cudaGetLastError();                                                    \
-      GTEST_SKIP() << "no CUDA device";                                      \
-    }                                                                        \
-  } while (0)
 
 // A device copy of a host vector with kGuard elements of 0xA5 bytes on each side; the interior
 // starts as the same poison, so an element a kernel should write but did not shows up as a

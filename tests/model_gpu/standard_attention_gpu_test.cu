@@ -39,6 +39,7 @@
 #include "stableflash/model/cuda/device_array.hpp"
 #include "stableflash/model/cuda/standard_attention.hpp"
 #include "stableflash/numerics/random.hpp"
+#include "require_gpu.hpp"
 
 namespace stableflash::model::cuda {
 namespace {
@@ -47,11 +48,6 @@ constexpr double kU = 0x1.0p-24;
 constexpr double kSafety = 2.0;
 constexpr std::size_t kGuard = 64;                 // sentinel floats after every output
 constexpr std::uint32_t kSentinelBits = 0x7fc0deadu;  // a quiet NaN nobody computes
-
-bool gpu_present() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
 
 struct Case {
   int batch, heads, len, head_dim;
@@ -258,7 +254,7 @@ void expect_within(const char* what, const std::vector<float>& got, const std::v
 class StandardAttentionGpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(StandardAttentionGpu, MatchesFp64ReferenceWithinDerivedBound) {
-  if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
+  SF_REQUIRE_GPU();
   const Case c = GetParam();
   const Inputs in = make_inputs(c, /*seed=*/0x5eed0000u + c.len);
   const Outputs got = run_gpu(c, in);
@@ -286,7 +282,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, StandardAttentionGpu,
                          [](const ::testing::TestParamInfo<Case>& info) { return name(info.param); });
 
 TEST(StandardAttentionGpuDeterminism, TwoRunsAreBitwiseEqual) {
-  if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
+  SF_REQUIRE_GPU();
   for (const Case& c : {Case{2, 4, 128, 32, 1.0}, Case{1, 3, 97, 16, 4.0}}) {
     const Inputs in = make_inputs(c, /*seed=*/42);
     const Outputs a = run_gpu(c, in), b = run_gpu(c, in);

@@ -29,6 +29,7 @@
 #include "stableflash/optim/cuda_optimizer.hpp"
 #include "stableflash/optim/optimizer.hpp"
 #include "stableflash/optim/sharding.hpp"
+#include "require_gpu.hpp"
 
 namespace stableflash::optim {
 namespace {
@@ -40,16 +41,6 @@ using model::cuda::check_cuda;
 using model::cuda::DeviceArray;
 
 constexpr double kU = 0x1p-24;  // FP32 unit roundoff (round to nearest)
-
-bool has_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define SF_REQUIRE_GPU()                                \
-  do {                                                  \
-    if (!has_gpu()) GTEST_SKIP() << "no CUDA device"; \
-  } while (0)
 
 class Stream {
  public:

@@ -22,6 +22,7 @@
 #include "stableflash/model/gpt2.hpp"
 #include "stableflash/optim/cuda_optimizer.hpp"
 #include "stableflash/optim/sharding.hpp"
+#include "require_gpu.hpp"
 
 namespace stableflash::optim {
 namespace {
@@ -31,11 +32,6 @@ using model::ParamTensor;
 using model::cuda::Blas;
 using model::cuda::check_cuda;
 using model::cuda::DeviceArray;
-
-bool has_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
 
 // A tiny GPT-2 with biases plus an odd-sized AdamW matrix and an odd tall Muon matrix, so buckets,
 // pieces and the replicated tail meet tensor edges at odd places.
@@ -97,7 +93,7 @@ struct Case {
 class ShardedOptimizerGpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ShardedOptimizerGpu, MatchesUnshardedBitwiseAndStateGathersBack) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  SF_REQUIRE_GPU();
   const Case c = GetParam();
   const auto tensors = test_layout();
   const std::int64_t n = tensors.back().offset + tensors.back().size;
@@ -218,7 +214,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, ShardedOptimizerGpu,
                          });
 
 TEST(ShardedOptimizerGpuErrors, APlanThatSplitsAMuonMatrixIsRefusedNamingTheRank) {
-  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  SF_REQUIRE_GPU();
   const auto tensors = test_layout();
   OptimizerConfig cfg;
   cfg.kind = OptimizerKind::muon;
