@@ -95,8 +95,7 @@ fi
 [ $peers = 0 ] || [ -f "$PEERS/torch_peers.py" ] || { echo "no $PEERS/torch_peers.py (scripts/device-check.sh pack copies it)" >&2; exit 2; }
 OUT=${OUT:-/tmp/stableflash-device}
 mkdir -p "$OUT"
-image_libs=$(python3 -c 'import nvidia, os; r = os.path.dirname(nvidia.__path__[0]); print(":".join(os.path.join(r, "nvidia", d, "lib") for d in ("cublas", "nccl", "cu13")))' 2>/dev/null)
-export LD_LIBRARY_PATH="$PWD/$BIN:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. scripts/device-libs.sh && use_device_libraries "$BIN"
 status=0
 start=$(date +%s)
 step() { echo; echo "=== $* ($(date +%T), $(( $(date +%s) - start )) s)"; }

@@ -33,12 +33,9 @@ mkdir -p "$OUT"
 if [ ! -d "$BIN" ] && [ -f "$BIN.tar.xz" ]; then  # as scripts/device-check.sh does, for a run of this part alone
   mkdir -p "$BIN" && tar -C "$BIN" -xJf "$BIN.tar.xz" || { echo "cannot unpack $BIN.tar.xz" >&2; exit 2; }
 fi
-# the C++ program (its benchmark, the audit) needs the devbin's libraries and the image's cuBLASLt;
-# device-check.sh has set this already, a run alone sets it here
-if [[ ":${LD_LIBRARY_PATH:-}:" != *":$PWD/$BIN:"* ]]; then
-  image_libs=$(python3 -c 'import nvidia, os; r = os.path.dirname(nvidia.__path__[0]); print(":".join(os.path.join(r, "nvidia", d, "lib") for d in ("cublas", "nccl", "cu13")))' 2>/dev/null)
-  export LD_LIBRARY_PATH="$PWD/$BIN:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+# the C++ program (its benchmark, the audit) needs the devbin's libraries and the image's cuBLASLt
+# (device-check.sh has set them already; a run alone sets them here)
+. scripts/device-libs.sh && use_device_libraries "$BIN"
 export SF_BIN=${SF_BIN:-$PWD/$BIN} SF_PEERS=${SF_PEERS:-$PWD/.peers}
 step() { echo; echo "=== $* ($(date +%T))"; }
 t_start=$SECONDS

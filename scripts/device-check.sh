@@ -96,9 +96,7 @@ if [ ! -d "$BIN" ] && [ -f "$BIN.tar.xz" ]; then
 fi
 OUT=${OUT:-/tmp/stableflash-device}
 mkdir -p "$OUT"
-# cuBLASLt and NCCL come from the GPU image: its CUDA toolkit, or the nvidia-* wheels beside PyTorch
-image_libs=$(python3 -c 'import nvidia, os; r = os.path.dirname(nvidia.__path__[0]); print(":".join(os.path.join(r, "nvidia", d, "lib") for d in ("cublas", "nccl", "cu13")))' 2>/dev/null)
-export LD_LIBRARY_PATH="$PWD/$BIN:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. scripts/device-libs.sh && use_device_libraries "$BIN"
 export SF_BIN="$PWD/$BIN" SF_PEERS="$PWD/$PEERS"
 status=0
 step() { echo; echo "=== $* ($(date +%T))"; }

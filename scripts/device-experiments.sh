@@ -14,8 +14,7 @@ OUT=${OUT:-/tmp/stableflash-experiments}
 mkdir -p "$OUT"
 [ -d "$BIN" ] || { mkdir -p "$BIN" && tar -C "$BIN" -xJf "$BIN.tar.xz"; }
 [ -d .deps/corpus/shards ] || { mkdir -p .deps/corpus && tar -C .deps/corpus -xJf .deps/corpus-pack/shards.tar.xz; }
-image_libs=$(python3 -c 'import nvidia, os; r = os.path.dirname(nvidia.__path__[0]); print(":".join(os.path.join(r, "nvidia", d, "lib") for d in ("cublas", "nccl", "cu13")))' 2>/dev/null)
-export LD_LIBRARY_PATH="$PWD/$BIN:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. scripts/device-libs.sh && use_device_libraries "$BIN"
 runs=$(mktemp -d)
 read -r -a gpus <<<"${EXPERIMENT_GPUS:-0 1 2 3 4 5 6 7}"
 i=0

@@ -17,9 +17,7 @@ fi
 [ -x "$BIN/gemm_lab" ] || { echo "no $BIN/gemm_lab: build it (ninja -C build-cuda gemm_lab) and run scripts/device-check.sh pack" >&2; exit 2; }
 OUT=${OUT:-/tmp/stableflash-device}
 mkdir -p "$OUT"
-# cuBLASLt comes from the GPU image (as in device-check.sh): its CUDA toolkit or the nvidia-* wheels
-image_libs=$(python3 -c 'import nvidia, os; r = os.path.dirname(nvidia.__path__[0]); print(":".join(os.path.join(r, "nvidia", d, "lib") for d in ("cublas", "cu13")))' 2>/dev/null)
-export LD_LIBRARY_PATH="$PWD/$BIN:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. scripts/device-libs.sh && use_device_libraries "$BIN"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
 "$BIN"/gemm_lab "$@" 2>&1 | tee "$OUT/gemm-lab.txt"
 exit "${PIPESTATUS[0]}"

@@ -11,8 +11,7 @@ PEERS=${STABLEFLASH_PEERS:-.peers}
 OUT=${OUT:-/tmp/stableflash-profile}
 mkdir -p "$OUT"
 if [ ! -d "$BIN" ] && [ -f "$BIN.tar.xz" ]; then mkdir -p "$BIN" && tar -C "$BIN" -xJf "$BIN.tar.xz"; fi
-image_libs=$(python3 -c 'import nvidia, os; r = os.path.dirname(nvidia.__path__[0]); print(":".join(os.path.join(r, "nvidia", d, "lib") for d in ("cublas", "nccl", "cu13")))' 2>/dev/null)
-export LD_LIBRARY_PATH="$PWD/$BIN:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. scripts/device-libs.sh && use_device_libraries "$BIN"
 ncu_args=(--csv --metrics gpu__time_duration.sum --cache-control none --clock-control none --print-kernel-base function)
 # ours: about 500 kernels per step; 1,600 cover three steps from the start
 ncu "${ncu_args[@]}" --launch-count ${OURS_KERNELS:-1600} \

@@ -1,0 +1,11 @@
+# Sourced by the scripts that run the packed programs on the GPU machine, from the repository root:
+#   . scripts/device-libs.sh && use_device_libraries "$BIN"
+# puts on LD_LIBRARY_PATH the devbin's own libraries, the CUDA toolkit's and the GPU image's
+# cuBLASLt, NCCL and CUDA runtime (the nvidia-* wheels beside PyTorch: the versions the binaries
+# were seen running with). Once: a script called by another that did it leaves the path alone.
+use_device_libraries() {
+  local bin=$1 image_libs
+  [[ ":${LD_LIBRARY_PATH:-}:" == *":$PWD/$bin:"* ]] && return 0
+  image_libs=$(python3 -c 'import nvidia, os; r = os.path.dirname(nvidia.__path__[0]); print(":".join(os.path.join(r, "nvidia", d, "lib") for d in ("cublas", "nccl", "cu13")))' 2>/dev/null)
+  export LD_LIBRARY_PATH="$PWD/$bin:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
