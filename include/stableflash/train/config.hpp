@@ -46,9 +46,11 @@ struct TrainSettings {
   bool overlap_optimizer = false;
   // GPU, one process without train.overlap_optimizer: each micro-batch's forward and backward is
   // replayed from a CUDA graph, recorded on the second micro-batch (model/gpt2_cuda.hpp
-  // set_cuda_graph): fewer launch gaps between the ~316 kernels of a GPT-2 step. The same bits as
-  // off (tested); on by default. Data parallelism and the overlapped optimizer stay without graphs
-  // (their per-layer host hooks); probe steps and validation run as usual.
+  // set_cuda_graph): the host launches one graph instead of ~316 kernels. The same bits as off
+  // (tested); on by default. At GPT-2 124M, B 16 x T 1024 on the H200 it measured no gain (30.53
+  // against 30.55 ms, docs/benchmarks.md): the host was already ahead of the GPU there. Data
+  // parallelism and the overlapped optimizer stay without graphs (their per-layer host hooks);
+  // probe steps and validation run as usual.
   bool cuda_graph = true;
   // Every N steps the probes run (train/probes.hpp): spectral norms of every weight matrix and of
   // each head's W_Q, W_K, W_V, W_O, and the attention statistics; 0: never.
