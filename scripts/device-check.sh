@@ -5,8 +5,9 @@
 # benchmark shapes, ending with a table of our/peer
 # ratios. Logs and JSON go to $OUT (default /tmp/stableflash-device).
 #
-#   here (no GPU):   scripts/device-check.sh pack     # copies the CUDA build's binaries (gemm_lab too:
-#                                                     # scripts/gemm-lab.sh runs it) to build-cuda/devbin
+#   here (no GPU):   scripts/device-check.sh pack     # copies the CUDA build's binaries (the labs too:
+#                                                     # scripts/gemm-lab.sh runs gemm_lab; ce_lab and
+#                                                     # launch_gap run by hand) to build-cuda/devbin
 #                                                     # (and build-cuda/devbin.tar.xz, what travels) and
 #                                                     # the peer scripts to .peers
 #   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-audit] [--skip-peer-values] [--skip-bench]
@@ -40,7 +41,7 @@ if [ "${1:-}" = "pack" ]; then
   [ -f "$peers_src/torch_peers.py" ] ||
     { echo "pack: $peers_src/torch_peers.py is missing (the PyTorch peer script; STABLEFLASH_PEERS_SRC names its folder)" >&2; exit 1; }
   mkdir -p "$BIN" "$PEERS"
-  bins="build-cuda/stableflash build-cuda/kernel_lab build-cuda/gemm_lab build-cuda/launch_gap build-cuda/tests/attention_gpu/attention_gpu_tests build-cuda/tests/model_gpu/model_gpu_tests
+  bins="build-cuda/stableflash build-cuda/kernel_lab build-cuda/gemm_lab build-cuda/launch_gap build-cuda/ce_lab build-cuda/tests/attention_gpu/attention_gpu_tests build-cuda/tests/model_gpu/model_gpu_tests
         build-cuda/tests/optim_gpu/optim_gpu_tests build-cuda/tests/train_gpu/train_gpu_tests build-cuda/tests/train_gpu/train_probes_gpu_tests"
   cp $bins "$BIN"/
   for b in $bins; do strip "$BIN/$(basename "$b")" 2>/dev/null || true; done

@@ -1,10 +1,14 @@
 // The classifier end of the CUDA GPT-2: softmax cross-entropy over BF16 logits (loss and, in
 // place, the logit gradient) and the deterministic scaled sum that turns per-row losses into the
 // mean loss. Contract: stableflash/model/cuda/layer_kernels.hpp; CPU twins:
-// softmax_cross_entropy_forward/backward in stableflash/model/layers.hpp.
+// softmax_cross_entropy_forward/backward in stableflash/model/layers.hpp. The kernel that GPT-2's
+// rows take is in softmax_cross_entropy_cluster.cuh (shared with model/cuda/lab/ce_lab.cu); the
+// two-pass kernel here takes rows of more than 57,344 logits, unaligned logits and Vp not a
+// multiple of 8 (its scalar variant).
 #include <cmath>
 
 #include "reduce.cuh"
+#include "softmax_cross_entropy_cluster.cuh"
 #include "stableflash/model/cuda/device_array.hpp"
 #include "stableflash/model/cuda/layer_kernels.hpp"
 
@@ -15,22 +19,15 @@ using detail::aligned16;
 using detail::block_sum;
 using detail::kVec;
 using detail::load;
+using detail::MaxSum;
 using detail::store;
 
-// A block per row: 50304 logits are ~12 chunks of kVec per thread, enough to hide latency.
+// The two-pass kernel, for rows the cluster kernel (softmax_cross_entropy_cluster.cuh) does not
+// take: a block per row; 50304 logits are ~12 chunks of kVec per thread, enough to hide latency.
 constexpr int kSoftmaxThreads = 512;
 constexpr int kSumThreads = 1024;
-// The register-resident kernel: a row of up to kResidentThreads * kResidentChunks * kVec logits
-// (65,536: GPT-2's 50,304 padded ids take 7 chunks per thread) read once into registers as BF16.
-constexpr int kResidentThreads = 1024;
-constexpr int kResidentChunks = 8;
-
-// A running (max, sum of exp(l - max)) pair. Merging rescales the smaller-max sum; an empty side
+// Merging two (max, sum of exp(l - max)) pairs rescales the smaller-max sum; an empty side
 // (max = -inf, sum = 0) contributes exp(-inf) * 0 = 0, and two empty sides stay empty (no inf - inf).
-struct MaxSum {
-  float max;
-  float sum;
-};
 
 __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   const float m = fmaxf(a.max, b.max);
@@ -106,85 +103,6 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
   }
 }
 
-__device__ __forceinline__ float block_max(float v) {
-  __shared__ float warp_maxes[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  if (lane == 0) warp_maxes[warp] = v;
-  __syncthreads();
-  float m = lane < int(blockDim.x >> 5) ? warp_maxes[lane] : -INFINITY;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
-  return m;
-}
-
-// The same loss and gradient with the row read from memory once: each thread keeps its chunks of
-// kVec logits in registers as BF16 (4 registers a chunk), takes the row maximum, then the sum of
-// exp(l - max), then writes the gradient over them. The two-pass kernel above reads the row twice;
-// on the H200 that second read (from L2, which 132 SMs' worth of 100 KB rows overflow) made it
-// ~200 us per 2,341-row chunk of GPT-2's classifier (docs/benchmarks.md).
-__global__ void __launch_bounds__(kResidentThreads, 1)
-    softmax_cross_entropy_resident_kernel(bf16_t* logits, float* losses, const int* targets, int Vp, float grad_scale) {
-  const std::int64_t r = blockIdx.x;
-  bf16_t* row = logits + r * Vp;  // [Vp]
-  const int target = targets[r];
-  const int chunks = Vp / kVec;   // chunk c = j * kResidentThreads + threadIdx.x holds logits [c kVec, (c + 1) kVec)
-  uint4 raw[kResidentChunks];
-#pragma unroll
-  for (int j = 0; j < kResidentChunks; ++j) {
-    const int c = j * kResidentThreads + int(threadIdx.x);
-    raw[j] = c < chunks ? reinterpret_cast<const uint4*>(row)[c] : make_uint4(0, 0, 0, 0);
-  }
-  const float target_logit = threadIdx.x == 0 ? __bfloat162float(row[target]) : 0.0f;  // read before any write
-  auto values = [&](int j, float (&l)[kVec]) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw[j]);
-#pragma unroll
-    for (int i = 0; i < kVec / 2; ++i) {
-      const float2 f = __bfloat1622float2(h[i]);
-      l[2 * i] = f.x, l[2 * i + 1] = f.y;
-    }
-  };
-  float m = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < kResidentChunks; ++j) {
-    if (j * kResidentThreads + int(threadIdx.x) >= chunks) continue;
-    float l[kVec];
-    values(j, l);
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) m = fmaxf(m, l[k]);
-  }
-  m = block_max(m);
-  float sum = 0.0f;
-  if (m != -INFINITY) {  // an all -inf row: sum 0, loss inf (as the two-pass kernel gives)
-#pragma unroll
-    for (int j = 0; j < kResidentChunks; ++j) {
-      if (j * kResidentThreads + int(threadIdx.x) >= chunks) continue;
-      float l[kVec];
-      values(j, l);
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) sum += expf(l[k] - m);  // expf, not __expf: ~2 ulp
-    }
-  }
-  sum = block_sum(sum);
-  if (threadIdx.x == 0) losses[r] = logf(sum) - (target_logit - m);
-  if (grad_scale == 0.0f) return;
-  const float inv_sum = 1.0f / sum;
-#pragma unroll
-  for (int j = 0; j < kResidentChunks; ++j) {
-    const int c = j * kResidentThreads + int(threadIdx.x);
-    if (c >= chunks) continue;
-    float l[kVec];
-    values(j, l);
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      const float p = expf(l[k] - m) * inv_sum;
-      l[k] = grad_scale * (p - (c * kVec + k == target ? 1.0f : 0.0f));
-    }
-    store<kVec>(row + std::int64_t(c) * kVec, l);
-  }
-}
-
 // One block: thread i sums values i, i + blockDim, ... in order, then a fixed tree over threads.
 __global__ void sum_scaled_kernel(float* out, const float* values, std::int64_t n, float scale, bool accumulate) {
   float s = 0.0f;
@@ -198,8 +116,10 @@ __global__ void sum_scaled_kernel(float* out, const float* values, std::int64_t 
 void softmax_cross_entropy(bf16_t* logits, float* losses, const int* targets, int rows, int Vp, float grad_scale,
                            cudaStream_t stream) {
   if (rows == 0) return;
-  if (Vp % kVec == 0 && aligned16(logits) && Vp <= kResidentThreads * kResidentChunks * kVec)
-    softmax_cross_entropy_resident_kernel<<<unsigned(rows), kResidentThreads, 0, stream>>>(logits, losses, targets, Vp, grad_scale);
+  if (Vp % kVec == 0 && aligned16(logits) && Vp <= detail::kClusterMaxVp)
+    detail::softmax_cross_entropy_cluster_kernel<detail::kClusterCtas>
+        <<<unsigned(rows) * detail::kClusterCtas, detail::kClusterRowThreads / detail::kClusterCtas, 0, stream>>>(logits, losses, targets,
+                                                                                                                    Vp, grad_scale);
   else if (Vp % kVec == 0 && aligned16(logits))
     softmax_cross_entropy_kernel<kVec><<<unsigned(rows), kSoftmaxThreads, 0, stream>>>(logits, losses, targets, Vp, grad_scale);
   else

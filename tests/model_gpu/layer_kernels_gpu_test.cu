@@ -503,24 +503,33 @@ struct CeCase {
   int rows, Vp;
   float grad_scale;
   double logit_scale;
-  int masked_tail;  // trailing logits set to -inf (never the target)
+  int masked_tail;        // trailing logits set to -inf (never the target)
+  int masked_stride = 0;  // if > 0, also every masked_stride-th logit -inf (never the target)
 };
 
+// Rows with Vp % 8 == 0 up to 57,344 logits take the cluster kernel: a row over 8 CTAs of 128
+// threads, thread t of CTA k holding chunk j 1024 + 128 k + t of 8 logits in round j (7 rounds).
+// Longer rows take the two-pass vector kernel, odd Vp the scalar one.
 TEST(SoftmaxCrossEntropyGpu, MatchesCpuAndIsDeterministic) {
   SF_REQUIRE_GPU();
   const CeCase cases[] = {
-      {3, 50304, 0.37f / 3, 1.0, 0},   // GPT-2 padded vocabulary: the register-resident kernel
-      {2, 65544, 0.5f, 1.0, 0},        // wider than the resident kernel's 65,536: the two-pass vector path
+      {3, 50304, 0.37f / 3, 1.0, 0},   // GPT-2 padded vocabulary; last round 144 chunks: CTA 0, 16 threads of CTA 1
+      {2, 65544, 0.5f, 1.0, 0},        // wider than the cluster kernel's 57,344: the two-pass vector path
       {17, 97, 1.0f / 17, 2.0, 0},     // odd Vp: scalar path
-      {1, 1000, 1.0f, 3.0, 0},
+      {1, 1000, 1.0f, 3.0, 0},         // 125 chunks: part of CTA 0 only, the other 7 CTAs empty
       {4, 50304, 1024.0f / 4, 8.0, 0}, // large logits, loss-scale-like gradient scale
       {5, 104, 0.2f, 1.0, 17},         // -inf tail: whole masked chunks
       {2, 50304, 0.0f, 1.0, 0},        // loss only: logits untouched
-      // More rows than SMs (132 on the H200): each block of the resident kernel loops over several
-      // rows, two staged in shared memory at a time (buffer reuse, mbarrier phases).
+      // More rows than SMs (132 on the H200) and than clusters resident at once.
       {300, 50304, 0.37f / 300, 1.0, 0},
-      {300, 65536, 0.5f / 300, 2.0, 8},  // 128 KiB rows: one staged at a time; a masked last chunk
-      {300, 50304, 0.0f, 1.0, 0},        // loss only, several rows per block
+      {300, 65536, 0.5f / 300, 2.0, 8},  // two-pass vector path; a masked last chunk
+      {300, 50304, 0.0f, 1.0, 0},        // loss only
+      // The cluster kernel's edges.
+      {7, 8, 0.5f, 1.0, 0},               // one chunk: thread 0 of CTA 0 holds the row, 1,023 threads nothing
+      {13, 52520, 0.3f / 13, 2.0, 0},     // last round ends inside CTA 3 (37 threads: warp 1 partly)
+      {9, 8192, 0.25f, 1.0, 7168},        // one round; CTAs 1-7 see only -inf (empty (max, sum) partials)
+      {301, 57344, 0.1f / 301, 1.0, 3001},  // the widest row (7 full rounds); a partly masked chunk
+      {11, 50304, 0.7f / 11, 4.0, 0, 3},  // every third logit -inf: -inf inside every chunk
   };
   for (const CeCase k : cases) {
     SCOPED_TRACE("rows=" + std::to_string(k.rows) + " Vp=" + std::to_string(k.Vp) + " scale=" + std::to_string(k.grad_scale));
@@ -528,10 +537,16 @@ TEST(SoftmaxCrossEntropyGpu, MatchesCpuAndIsDeterministic) {
     const std::size_t RV = std::size_t(k.rows) * k.Vp;
     auto logits = normal_bf16(rng, RV, k.logit_scale);
     std::vector<int> targets(k.rows);
+    const float neg_inf = -std::numeric_limits<float>::infinity();
     for (int r = 0; r < k.rows; ++r) {
-      targets[r] = int(rng.next() % std::uint64_t(k.Vp - k.masked_tail));
-      for (int v = k.Vp - k.masked_tail; v < k.Vp; ++v)
-        logits[std::size_t(r) * k.Vp + v] = bf16::from_float(-std::numeric_limits<float>::infinity());
+      const int finite = k.Vp - k.masked_tail;
+      // The last finite logit (with no tail: the row's last, in the cluster kernel's last slice),
+      // the first, or anywhere.
+      targets[r] = r % 3 == 0 ? finite - 1 : r % 3 == 1 ? int(rng.next() % std::uint64_t(finite)) : 0;
+      for (int v = 0; v < k.Vp; ++v) {
+        const bool masked = v >= finite || (k.masked_stride > 0 && v % k.masked_stride == k.masked_stride - 1);
+        if (masked && v != targets[r]) logits[std::size_t(r) * k.Vp + v] = bf16::from_float(neg_inf);
+      }
     }
     if (k.rows > 1) logits[std::size_t(1) * k.Vp + targets[1]] = bf16::from_float(40.0f);  // one dominant target
     Buf<bf16> d_logits(logits);
@@ -545,8 +560,8 @@ TEST(SoftmaxCrossEntropyGpu, MatchesCpuAndIsDeterministic) {
     const auto [g1, l1] = run();
     const auto [g2, l2] = run();
     EXPECT_TRUE(bitwise_equal(g1, g2) && bitwise_equal(l1, l2)) << "not deterministic";
-    // A row's bits do not depend on the rows launched with it (the resident kernel's blocks loop
-    // over rows and stage them in shared memory): the first, a middle and the last row alone.
+    // A row's bits do not depend on the rows launched with it (nor on where its CTAs ran): the
+    // first, a middle and the last row alone.
     for (const int r : {0, k.rows / 2, k.rows - 1}) {
       d_logits.upload(logits);
       const std::size_t row = std::size_t(r) * k.Vp;
@@ -563,19 +578,26 @@ TEST(SoftmaxCrossEntropyGpu, MatchesCpuAndIsDeterministic) {
     layers::softmax_cross_entropy_forward<double>(probs.data(), ref_loss.data(), targets.data(), k.rows, k.Vp);
     auto ref_grad = probs;
     layers::softmax_cross_entropy_backward<double>(ref_grad.data(), targets.data(), k.rows, k.Vp, double(k.grad_scale) * k.rows);
-    // Sum of exps S: each term exp(l - m) carries expf's 4u plus u|l - m| per rounded exponent
-    // argument (its own and the rescales, which telescope to at most 2u|l - m|); the kernel
-    // (512 threads, chunks of 8) adds 8 terms per chunk, merges at most ceil(Vp / 512) chunks per
-    // thread and 10 tree levels, each merge 6u (expf 4u, product, sum):
-    //   rel_S <= 4u + 2u avg_p|l - m| + 6u (ceil(Vp / 512) + 8 + 10).
-    // The register-resident kernel (rows up to 65,536) subtracts the row maximum once (u|l - m|),
-    // and each of its 1024 threads adds at most 64 terms before the same 10 tree levels (u each),
-    // inside the bound above, which is used for both.
+    // Sum of exps S, relative error rel_S. A term exp(l - m) carries its exp's 4u (expf, and the
+    // cluster kernel's ex2.approx, which is exp2f's instruction: 2 ulp) and the error of the rounded
+    // exponents on its way to S. The two-pass kernel: expf(l - m') and rescales by expf(m' - m'') of
+    // partial maxima, which telescope to at most 2u|l - m|, and per rescale 6u (expf 4u, product,
+    // sum) at most ceil(Vp / 512) + 10 times after 8 terms a chunk. The cluster kernel: a thread's
+    // terms 2^fl(fl(l - m_t) log2 e) with the FP32 log2 e 0.224u off (2.224u |l - m_t|) added in order
+    // (at most 8 ceil(Vp / 8192) <= 56 of them, u each), then twice (warp, cluster) a rescale by
+    // 2^fl(fl(m' - m'') log2 e) (2.224u |m' - m''|, exp 4u, product u) and 5 butterfly levels (u
+    // each): in all 2.224u |l - m| and at most 4u + (56 + 2 (5 + 5))u, inside the two-pass count. Both:
+    //   rel_S <= 4u + 2.25u avg_p|l - m| + 6u (ceil(Vp / 512) + 8 + 10) + Vp 2^-126,
+    // the last term for the ex2's results below 2^-126 flushed to 0 (each term's or partial sum's
+    // share of S, which is >= 1: the maximum's own term).
     // loss = fl(logf S - fl(l_t - m)): rel_S + 2u |log S| (1 ulp) + u |l_t - m| + u (|log S| + |l_t - m|).
-    // grad = fl(gs fl(fl(expf(l - m) / S) - onehot)): p carries rel_p = rel_S + 6u + u|l - m|,
-    //   |e| <= |gs| (p rel_p + 2u |p - onehot|); then BF16.
+    // grad = fl(gs fl(fl(exp(l - m) fl(1 / S)) - onehot)) (the cluster kernel: fl(exp(l - m) fl(gs fl(1 / S)))
+    // off the target, the same number of roundings): p carries rel_p = rel_S + 6u + 2.25u |l - m| (the exp
+    // 4u, 1 / S and the product u each) and, where the ex2 flushed, 2^-126 absolute;
+    //   |e| <= |gs| (p rel_p + 2^-126 + 2u |p - onehot|); then BF16.
     std::vector<double> b_loss(k.rows), b_grad(RV);
     const double depth = std::ceil(k.Vp / 512.0) + 8 + 10;
+    const double flushed = 0x1.0p-126;
     for (int r = 0; r < k.rows; ++r) {
       const std::size_t row = std::size_t(r) * k.Vp;
       double m = -INFINITY;
@@ -585,15 +607,15 @@ TEST(SoftmaxCrossEntropyGpu, MatchesCpuAndIsDeterministic) {
         const double l = logits[row + v].to_float();
         if (std::isfinite(l)) avg_gap += probs[row + v] * (m - l);
       }
-      const double rel_S = 4 * u + 2 * u * avg_gap + 6 * u * depth;
+      const double rel_S = 4 * u + 2.25 * u * avg_gap + 6 * u * depth + k.Vp * flushed;
       const double log_S = ref_loss[r] + (double(logits[row + targets[r]].to_float()) - m);
       const double gap_t = m - logits[row + targets[r]].to_float();
       b_loss[r] = rel_S + 2 * u * std::fabs(log_S) + u * gap_t + u * (std::fabs(log_S) + gap_t);
       for (int v = 0; v < k.Vp; ++v) {
         const double l = logits[row + v].to_float(), p = probs[row + v];
-        const double rel_p = rel_S + 6 * u + (std::isfinite(l) ? u * (m - l) : 0.0);
+        const double rel_p = rel_S + 6 * u + (std::isfinite(l) ? 2.25 * u * (m - l) : 0.0);
         const double onehot = v == targets[r] ? 1.0 : 0.0;
-        const double e = std::fabs(k.grad_scale) * (p * rel_p + 2 * u * std::fabs(p - onehot));
+        const double e = std::fabs(k.grad_scale) * (p * rel_p + flushed + 2 * u * std::fabs(p - onehot));
         b_grad[row + v] = bf16_bound(ref_grad[row + v], e);
       }
     }
@@ -602,6 +624,49 @@ TEST(SoftmaxCrossEntropyGpu, MatchesCpuAndIsDeterministic) {
       EXPECT_TRUE(bitwise_equal(g1, logits)) << "grad_scale = 0 must leave the logits untouched";
     } else {
       EXPECT_TRUE(within(widen(g1), ref_grad, b_grad, "dlogits"));
+    }
+    EXPECT_TRUE(d_logits.guards_intact() && d_losses.guards_intact());
+  }
+}
+
+// A row without a finite logit (the trainer never makes one) gives a NaN loss and a NaN gradient,
+// as the CPU twin does (its maximum is -inf, exp(-inf - -inf) NaN), and leaves the other rows' bits
+// as they are alone: in the cluster kernel every CTA of that row merges only empty (max, sum) pairs.
+TEST(SoftmaxCrossEntropyGpu, RowWithoutFiniteLogitIsNaNAndAlone) {
+  SF_REQUIRE_GPU();
+  for (const int Vp : {50304, 65544, 97}) {  // the cluster, two-pass vector and scalar kernels
+    SCOPED_TRACE("Vp=" + std::to_string(Vp));
+    constexpr int rows = 3;
+    const float grad_scale = 0.5f;
+    SplitMix64 rng(73, std::uint64_t(Vp));
+    auto logits = normal_bf16(rng, std::size_t(rows) * Vp, 1.0);
+    for (int v = 0; v < Vp; ++v) logits[std::size_t(Vp) + v] = bf16::from_float(-std::numeric_limits<float>::infinity());
+    const std::vector<int> targets = {5, 7, Vp - 1};
+    auto probs = widen(logits);
+    std::vector<double> ref_loss(rows);
+    layers::softmax_cross_entropy_forward<double>(probs.data(), ref_loss.data(), targets.data(), rows, Vp);
+    ASSERT_TRUE(std::isnan(ref_loss[1])) << "the CPU twin's all -inf row";
+
+    Buf<bf16> d_logits(logits);
+    Buf<float> d_losses(static_cast<std::size_t>(rows));
+    Buf<int> d_targets(targets);
+    mc::softmax_cross_entropy(dev(d_logits), d_losses.get(), d_targets.get(), rows, Vp, grad_scale, nullptr);
+    const auto g = d_logits.download();
+    const auto l = d_losses.download();
+    EXPECT_TRUE(std::isnan(l[1])) << "loss " << l[1];
+    int nan_grads = 0;
+    for (int v = 0; v < Vp; ++v) nan_grads += std::isnan(g[std::size_t(Vp) + v].to_float()) ? 1 : 0;
+    EXPECT_EQ(nan_grads, Vp);
+    for (const int r : {0, 2}) {
+      d_logits.upload(logits);
+      const std::size_t row = std::size_t(r) * Vp;
+      mc::softmax_cross_entropy(dev(d_logits) + row, d_losses.get() + r, d_targets.get() + r, 1, Vp, grad_scale, nullptr);
+      const auto g_alone = d_logits.download();
+      const auto l_alone = d_losses.download();
+      EXPECT_TRUE(std::isfinite(l[r]) && bitwise_equal(std::vector<float>{l_alone[r]}, std::vector<float>{l[r]}) &&
+                  bitwise_equal(std::vector<bf16>(g_alone.begin() + row, g_alone.begin() + row + Vp),
+                                std::vector<bf16>(g.begin() + row, g.begin() + row + Vp)))
+          << "row " << r << " differs from its launch alone";
     }
     EXPECT_TRUE(d_logits.guards_intact() && d_losses.guards_intact());
   }

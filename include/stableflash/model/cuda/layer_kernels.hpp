@@ -74,6 +74,9 @@ void bias_backward(float* dbias, const bf16_t* d_out, int N, int C, float* scrat
 // and, when grad_scale != 0, the logits are replaced in place by their gradient
 //   BF16(grad_scale * (softmax(l[r])[v] - [v == target[r]]))
 // (grad_scale = loss_scale / rows_in_micro_batch for d(loss_scale * mean loss)/d logits).
+// Bitwise deterministic, and a row's results do not depend on the rows launched with it. Terms
+// exp(l - max) below 2^-126 (logits more than 87 below the row's maximum) may be flushed to 0. A row
+// without a finite logit gives NaN, as the CPU twin does.
 void softmax_cross_entropy(bf16_t* logits, float* losses, const int* targets, int rows, int Vp, float grad_scale,
                            cudaStream_t stream);
 
