@@ -29,8 +29,11 @@ constexpr int kClusterRowThreads = 1024;
 constexpr int kClusterRounds = 7;
 constexpr int kClusterMaxVp = kClusterRowThreads * kClusterRounds * kVec;
 static_assert(kClusterRowThreads / 32 == 32, "the warp partials are combined one per lane of a warp");
-// The production shape: 8 CTAs of 128 threads (8: the portable maximum cluster size).
-constexpr int kClusterCtas = 8;
+// The production shape: one CTA of 1,024 threads per row. Measured on the H200 (ce_lab, [2560, 50304],
+// L2 flushed, the same bits from every shape): backward 146 us at 1 x 1024, 155 / 157 / 160 us with
+// clusters of 2 x 512, 4 x 256, 8 x 128; the kernel it replaced 208.5 us. The cheaper arithmetic
+// below paid, the cluster did not (it pays only in the loss-only pass: 81 against 90 us at 2 x 512).
+constexpr int kClusterCtas = 1;
 
 // exp(l - m) for l <= m as 2^((l - m) log2 e) by the hardware's ex2.approx.ftz: one instruction
 // where expf takes about eight (with expf, the exps alone were half of the cluster kernel's work).
@@ -79,11 +82,11 @@ __device__ __forceinline__ void to_floats(const uint4& raw, float (&l)[kVec]) {
 // the same way: every thread holds the same bits of the row's (max, sum), and no CTA touches
 // another's shared memory after the barrier, so none waits for the others before it exits. Then
 // each thread writes the gradient over its chunks.
-// Why a cluster of small CTAs: the kernel it replaced ran one 1024-thread CTA per row, one per SM
-// (its registers), so each SM's loads, block reductions and exp/store phase took turns and the memory
-// system idled (2.45 TB/s, 192 us per 2,341-row chunk; docs/benchmarks.md). 128-thread CTAs of
-// different rows sit on an SM at different stages: one row's reduction overlaps another's loads.
-// (kCtas = 1 is that one-CTA structure with this kernel's arithmetic, for the lab's comparison.)
+// Why clusters were tried: the kernel it replaced ran one 1024-thread CTA per row, one per SM (its
+// registers), so each SM's loads, block reductions and exp/store phase took turns (2.45 TB/s, 192 us
+// per 2,341-row chunk; docs/benchmarks.md); 128-thread CTAs of different rows would sit on an SM at
+// different stages. Measured, the cheaper arithmetic alone (kCtas = 1, production) was faster than
+// every cluster shape in the backward (kClusterCtas above); the lab keeps timing them.
 // The per-thread max before the sum makes one reduction of (max, sum) pairs instead of a max and
 // then a sum (one cluster round trip instead of two).
 template <int kCtas>
