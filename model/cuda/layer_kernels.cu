@@ -75,6 +75,15 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dx, int B,
   dwpe[i] += s;
 }
 
+// The sum of dx[row, c] over the rows of token group u, in the group's order: the one loop both
+// the dense wte update and the split embedding's rows run, so the two give the same bits.
+__device__ __forceinline__ float token_group_sum(const float* dx, const int* token_offsets, const int* token_rows, int u, int c,
+                                                 int C) {
+  float s = 0.0f;
+  for (int k = token_offsets[u]; k < token_offsets[u + 1]; ++k) s += dx[std::int64_t(token_rows[k]) * C + c];
+  return s;
+}
+
 // dwte[token_ids[u], c] += sum over the rows of group u in order; one (u, c) per thread and grid
 // stride. Groups hold distinct tokens, so no two threads write the same element. The group count
 // is read from device memory, not passed as a launch parameter: a step replayed from a CUDA graph
@@ -85,21 +94,17 @@ __global__ void encoder_backward_wte_kernel(float* dwte, const float* dx, const 
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int u = int(i / C), c = int(i % C);
-    float s = 0.0f;
-    for (int k = token_offsets[u]; k < token_offsets[u + 1]; ++k) s += dx[std::int64_t(token_rows[k]) * C + c];
-    dwte[std::int64_t(token_ids[u]) * C + c] += s;
+    dwte[std::int64_t(token_ids[u]) * C + c] += token_group_sum(dx, token_offsets, token_rows, u, c, C);
   }
 }
 
-// rows[u, c] = the sum encoder_backward_wte_kernel adds (the same loop, so the same bits).
+// rows[u, c] = the sum encoder_backward_wte_kernel adds.
 __global__ void embedding_rows_backward_kernel(float* rows, const float* dx, const int* token_offsets, const int* token_rows,
                                                int distinct, int C) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= std::int64_t(distinct) * C) return;
   const int u = int(i / C), c = int(i % C);
-  float s = 0.0f;
-  for (int k = token_offsets[u]; k < token_offsets[u + 1]; ++k) s += dx[std::int64_t(token_rows[k]) * C + c];
-  rows[i] = s;
+  rows[i] = token_group_sum(dx, token_offsets, token_rows, u, c, C);
 }
 
 // dwte[ids[u], c] += rows[u, c]; distinct ids, so no two threads write the same element.
