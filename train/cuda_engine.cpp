@@ -34,6 +34,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 
@@ -234,13 +235,12 @@ class CudaEngine final : public TrainingEngine {
       // each part to the next forward; the compute stream writes no gradient or parameter before
       // that forward has waited for every part (train_micro_batch always starts with it, and
       // zero_grad has nothing to do until one ran).
-      if (!overlap_) {
-        optimizer_.step(model_.params(), params16, model_.grads(), lr, {}, /*zero_grads=*/true);
-      } else {
+      std::function<void(int)> announce;
+      if (overlap_) {
         overlap_->after_compute();
-        optimizer_.step(model_.params(), params16, model_.grads(), lr, [this](int part) { overlap_->part_updated(part); },
-                        /*zero_grads=*/true);
+        announce = [this](int part) { overlap_->part_updated(part); };
       }
+      optimizer_.step(model_.params(), params16, model_.grads(), lr, announce, /*zero_grads=*/true);
       grads_zeroed_ = true;
       return;
     }
