@@ -13,36 +13,69 @@
 
 namespace stableflash::attention::cuda {
 
-// rounded / compensated: D/8 lanes per row, 16-byte loads, a shuffle tree within the row's lanes.
+// rounded / compensated, one lane's part of a row: 8 elements (one 16-byte load of each tensor),
+// summed in element order. The delta kernels of the kernel lab (lab/backward_small_v1.cuh) keep the
+// same expression: the order of these operations (and nvcc's contraction of them) is the GPU's
+// delta bits, which the GPU tests pin (grouped-query runs equal multi-head runs bit for bit).
+__device__ __forceinline__ float delta_lane_part(uint4 o, uint4 d, uint4 r, bool compensated) {
+  const std::uint32_t ov[4] = {o.x, o.y, o.z, o.w}, dv[4] = {d.x, d.y, d.z, d.w}, rv[4] = {r.x, r.y, r.z, r.w};
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    // O + r in FP32 is O_fp32 to within 2^-8 of O's rounding error (docs/numerics-contract.md)
+    const float o_lo = compensated ? add_rn(bf16_lo(ov[w]), bf16_lo(rv[w])) : bf16_lo(ov[w]);
+    const float o_hi = compensated ? add_rn(bf16_hi(ov[w]), bf16_hi(rv[w])) : bf16_hi(ov[w]);
+    sum += bf16_lo(dv[w]) * o_lo + bf16_hi(dv[w]) * o_hi;
+  }
+  return sum;
+}
+
+// Launch shape of delta_from_output_kernel: 256 threads, each with kDeltaRowsPerThread rows' loads
+// in flight (3 x 16 bytes a row) before it sums any; grid (ceil(H Tq / rows per CTA), min(B, 65535)).
+inline constexpr int kDeltaThreads = 256, kDeltaRowsPerThread = 2;
+template <int D>
+inline constexpr int kDeltaRowsPerCta = kDeltaThreads / (D / 8) * kDeltaRowsPerThread;
+
+// rounded / compensated: D/8 lanes per row (a row's lanes within one warp), one 16-byte load of
+// each tensor per lane, the lanes' parts added by a shuffle tree (offsets D/16 .. 1): the sum order
+// of the delta kernels before this one (lab/backward_small_v1.cuh), so the same bits.
+// Rows are walked in the memory order of o (heads inner for [B, T, H, D] tensors, positions inner
+// for [B, H, T, D]); the row of a CTA's pass is found with 32-bit divisions (H Tq < 2^31: the
+// launcher checks), not 64-bit ones (the earlier kernel had three for every 48 bytes it read).
 template <int D, bool kPaper>
-__global__ void __launch_bounds__(256) delta_from_output_kernel(const __grid_constant__ BackwardParams p) {
-  constexpr int kLanes = D / 8, kRowsPerWarp = 32 / kLanes;
-  const std::int64_t rows = std::int64_t(p.batch) * p.heads * p.q_len;
-  const std::int64_t row = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+__global__ void __launch_bounds__(kDeltaThreads) delta_from_output_kernel(const __grid_constant__ BackwardParams p) {
+  constexpr int kLanes = D / 8, kRowsPerPass = kDeltaThreads / kLanes, kPasses = kDeltaRowsPerThread;
+  const unsigned rows_per_batch = unsigned(p.heads) * unsigned(p.q_len);
   const int lane_in_row = threadIdx.x % kLanes;
   const bool compensated = p.delta_source == static_cast<int>(DeltaSource::compensated);
-  float sum = 0.0f;
-  if (row < rows) {
-    const int i = int(row % p.q_len), hh = int(row / p.q_len % p.heads), bb = int(row / (std::int64_t(p.q_len) * p.heads));
-    const std::int64_t at_o = p.o_strides.head(bb, hh) + i * p.o_strides.t + lane_in_row * 8;  // o and o_residual
-    const std::int64_t at_do = p.d_o_strides.head(bb, hh) + i * p.d_o_strides.t + lane_in_row * 8;
-    const uint4 o = *reinterpret_cast<const uint4*>(p.o + at_o);
-    const uint4 d = *reinterpret_cast<const uint4*>(p.d_o + at_do);
-    uint4 r = make_uint4(0, 0, 0, 0);
-    if (compensated) r = *reinterpret_cast<const uint4*>(p.o_residual + at_o);
-    const std::uint32_t ov[4] = {o.x, o.y, o.z, o.w}, dv[4] = {d.x, d.y, d.z, d.w}, rv[4] = {r.x, r.y, r.z, r.w};
+  const bool heads_inner = p.o_strides.h < p.o_strides.t;  // only the order of the walk; any strides work
+  for (int bb = blockIdx.y; bb < p.batch; bb += gridDim.y) {
+    uint4 o[kPasses], d[kPasses], r[kPasses];
+    int hh[kPasses], ii[kPasses];
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      // O + r in FP32 is O_fp32 to within 2^-8 of O's rounding error (docs/numerics-contract.md)
-      const float o_lo = compensated ? add_rn(bf16_lo(ov[w]), bf16_lo(rv[w])) : bf16_lo(ov[w]);
-      const float o_hi = compensated ? add_rn(bf16_hi(ov[w]), bf16_hi(rv[w])) : bf16_hi(ov[w]);
-      sum += bf16_lo(dv[w]) * o_lo + bf16_hi(dv[w]) * o_hi;
+    for (int k = 0; k < kPasses; ++k) {  // every load before any use: 3 kPasses 16-byte loads in flight
+      const unsigned q = (blockIdx.x * kPasses + k) * unsigned(kRowsPerPass) + threadIdx.x / kLanes;
+      hh[k] = -1;
+      o[k] = d[k] = r[k] = make_uint4(0, 0, 0, 0);
+      if (q >= rows_per_batch) continue;
+      const unsigned outer = heads_inner ? q / unsigned(p.heads) : q / unsigned(p.q_len);
+      const unsigned inner = q - outer * (heads_inner ? unsigned(p.heads) : unsigned(p.q_len));
+      hh[k] = int(heads_inner ? inner : outer), ii[k] = int(heads_inner ? outer : inner);
+      const std::int64_t at_o = p.o_strides.head(bb, hh[k]) + ii[k] * p.o_strides.t + lane_in_row * 8;  // o and o_residual
+      const std::int64_t at_do = p.d_o_strides.head(bb, hh[k]) + ii[k] * p.d_o_strides.t + lane_in_row * 8;
+      o[k] = __ldcs(reinterpret_cast<const uint4*>(p.o + at_o));  // read once: stream past L2
+      d[k] = *reinterpret_cast<const uint4*>(p.d_o + at_do);      // dO: read again by the main kernel
+      if (compensated) r[k] = __ldcs(reinterpret_cast<const uint4*>(p.o_residual + at_o));
+    }
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {
+      float sum = delta_lane_part(o[k], d[k], r[k], compensated);  // 0 for rows past the end
+#pragma unroll
+      for (int off = kLanes / 2; off >= 1; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      if (hh[k] >= 0 && lane_in_row == 0)
+        p.delta[(std::int64_t(bb) * p.heads + hh[k]) * p.q_len + ii[k]] = (kPaper && !compensated) ? paper::delta(sum) : sum;
     }
   }
-#pragma unroll
-  for (int off = kLanes / 2; off >= 1; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  (void)kRowsPerWarp;
-  if (row < rows && lane_in_row == 0) p.delta[row] = (kPaper && !compensated) ? paper::delta(sum) : sum;
 }
 
 // Shared memory of delta_exact_kernel: tiles in the XOR swizzle of ldmatrix (SwizzledTile).
@@ -145,29 +178,66 @@ __global__ void __launch_bounds__(128) delta_exact_kernel(const __grid_constant_
   }
 }
 
+// One step of a transpose within each quad of lanes (t = lane % 4): the lane sends its w[t ^ i] and
+// receives the partner's (lane ^ i) value for its own slot t, which it keeps in out[t ^ i]. Selects
+// instead of indexing by the run-time t keep the arrays in registers.
+__device__ __forceinline__ void quad_transpose_step(const std::uint32_t (&w)[4], std::uint32_t (&out)[4], int t, int i) {
+  const int k = t ^ i;
+  const std::uint32_t send = k == 0 ? w[0] : k == 1 ? w[1] : k == 2 ? w[2] : w[3];
+  const std::uint32_t got = i == 0 ? send : __shfl_xor_sync(0xffffffffu, send, i);
+#pragma unroll
+  for (int s = 0; s < 4; ++s) out[s] = s == k ? got : out[s];
+}
+
 // dQ = BF16(acc * scale) (fused: the scale multiplies the FP32 product; paper's dS carries it), from
-// the wgmma kernel's fragment-ordered workspace (DqFragmentOrder): each thread
-// converts one float4 = two dims of two rows (16 warp + g, + 8); padding rows past Tq are skipped.
+// the wgmma kernel's fragment-ordered workspace (DqFragmentOrder). A CTA converts one [64 queries,
+// 64 dims] tile, warp w its queries 16 w .. 16 w + 15: eight coalesced 512-byte loads (one per dim
+// group j, this lane's float4 = two dims 8 j + 2 t, + 1 of queries 16 w + g and + 8, all in flight
+// before any use), the BF16 pairs exchanged within each quad so that lane t holds dim groups t and
+// t + 4 whole, then 16-byte stores (8-byte pairs where dq's rows are only 8-byte aligned:
+// `store16`). Each element is mul_rn then RN to BF16, as before (lab/backward_small_v1.cuh).
+// Padding rows past Tq are not stored. blockIdx.x = the tile's index in the workspace
+// ((b H + h) blocks + query block) D / 64 + dim tile, < 2^31 (the launcher checks).
+inline constexpr int kDqConvertThreads = 128;
 template <int D>
-__global__ void __launch_bounds__(256) dq_convert_fragments_kernel(const __grid_constant__ BackwardParams p,
-                                                                   float product_scale) {
-  constexpr int kBlockVecs = DqFragmentOrder::kBlockQ * D / 4, kTileVecs = DqFragmentOrder::kTileFloats / 4;
-  const int n_blocks = DqFragmentOrder::blocks(p.q_len);
-  const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= std::int64_t(p.batch) * p.heads * n_blocks * kBlockVecs) return;
-  const std::int64_t block = idx / kBlockVecs;  // (b, h, query block)
-  const int in_block = int(idx % kBlockVecs), tile = in_block / kTileVecs, j = in_block % kTileVecs / 128;
-  const int thread = in_block % 128, warp = thread / 32, g = thread % 32 / 4, t = thread % 4;
-  const int qb = int(block % n_blocks), hh = int(block / n_blocks % p.heads), bb = int(block / n_blocks / p.heads);
-  const int row = qb * DqFragmentOrder::kBlockQ + warp * 16 + g, d = tile * 64 + j * 8 + 2 * t;
-  const float4 a = __ldcs(reinterpret_cast<const float4*>(p.dq_accum) + idx);
+__global__ void __launch_bounds__(kDqConvertThreads) dq_convert_fragments_kernel(const __grid_constant__ BackwardParams p,
+                                                                                float product_scale, int store16) {
+  constexpr int kDimTiles = D / 64, kGroups = 8;  // dim groups j of 8 dims in a tile
+  static_assert(DqFragmentOrder::kTileFloats == kGroups * kDqConvertThreads * 4, "a tile is [8 j][128 threads][4]");
+  const unsigned tile_index = blockIdx.x, n_blocks = unsigned(DqFragmentOrder::blocks(p.q_len));
+  const unsigned block = tile_index / kDimTiles, bh = block / n_blocks;
+  const int dim_tile = int(tile_index % kDimTiles), qb = int(block - bh * n_blocks);
+  const int hh = int(bh % unsigned(p.heads)), bb = int(bh / unsigned(p.heads));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const float4* tile = reinterpret_cast<const float4*>(p.dq_accum) + std::int64_t(tile_index) * (DqFragmentOrder::kTileFloats / 4);
+  float4 a[kGroups];
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) a[j] = __ldcs(tile + j * kDqConvertThreads + threadIdx.x);  // read once
   std::uint16_t* dq_head = p.dq + p.dq_strides.head(bb, hh);
-  if (row < p.q_len)
-    *reinterpret_cast<std::uint32_t*>(dq_head + row * p.dq_strides.t + d) =
-        pack_bf16x2(mul_rn(a.x, product_scale), mul_rn(a.y, product_scale));
-  if (row + 8 < p.q_len)
-    *reinterpret_cast<std::uint32_t*>(dq_head + (row + 8) * p.dq_strides.t + d) =
-        pack_bf16x2(mul_rn(a.z, product_scale), mul_rn(a.w, product_scale));
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {  // query 16 warp + g + 8 hf
+    const int row = qb * DqFragmentOrder::kBlockQ + warp * 16 + g + 8 * hf;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // dim groups 4 half .. 4 half + 3; this lane keeps 4 half + t
+      std::uint32_t w[4], out[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float4& v = a[4 * half + k];
+        w[k] = hf == 0 ? pack_bf16x2(mul_rn(v.x, product_scale), mul_rn(v.y, product_scale))
+                       : pack_bf16x2(mul_rn(v.z, product_scale), mul_rn(v.w, product_scale));
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) quad_transpose_step(w, out, t, i);  // out[s] = dims 2s, 2s + 1 of group 4 half + t
+      if (row >= p.q_len) continue;
+      std::uint16_t* dst = dq_head + row * p.dq_strides.t + dim_tile * 64 + (4 * half + t) * 8;
+      if (store16) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
+      } else {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(out[0], out[1]);
+        *reinterpret_cast<uint2*>(dst + 4) = make_uint2(out[2], out[3]);
+      }
+    }
+  }
 }
 
 }  // namespace stableflash::attention::cuda

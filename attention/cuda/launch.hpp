@@ -23,6 +23,10 @@ void launch_delta(const BackwardParams& p, DeltaPass pass, cudaStream_t stream);
 // the wgmma main kernel and the dQ conversion; p.delta, p.dq_accum (zeroed) and p.dq_semaphore (zeroed) ready
 template <int D, bool kPaper>
 void launch_backward_main(const BackwardParams& p, cudaStream_t stream);
+// the dQ conversion alone (launch_backward_main's last launch; the kernel lab times it by itself):
+// p.dq_accum in the wgmma kernel's fragment order into p.dq
+template <int D, bool kPaper>
+void launch_dq_convert(const BackwardParams& p, cudaStream_t stream);
 
 inline void check_cuda(cudaError_t err, const char* what) {
   if (err != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(err));

@@ -3,7 +3,8 @@
 // - interleaved: q, k, v in one [B, T, 3, H, D] buffer (the trainer's W_qkv product), dq, dk, dv
 //   in a gradient buffer the same way, o / o_residual / do [B, T, H, D] while `layout` says bhtd;
 // - transposed: every tensor its own permutation of (B, H, T), some rows padded (PyTorch views);
-// - o rows 4- but not 16-byte aligned: the forward's element-wise epilogue instead of bulk stores.
+// - o rows 4- but not 16-byte aligned: the forward's element-wise epilogue instead of bulk stores;
+// - dq rows 8- but not 16-byte aligned: the dQ conversion's 8-byte stores instead of 16-byte ones.
 // Elements of the buffers that no view covers must keep their poison (no write outside a view),
 // and check_supported refuses strides the kernels cannot take, naming the field.
 #include <cuda_runtime.h>
@@ -169,6 +170,49 @@ TEST(StridedGpu, OutputRowsWithoutBulkStoreAlignmentGetTheSameBits) {
   EXPECT_TRUE(same_bits(o_packed, packed.o));
   EXPECT_TRUE(same_bits(r_packed, packed.residual));
   EXPECT_TRUE(same_bits(lse.download(), packed.lse));
+}
+
+// dq rows 8- but not 16-byte aligned (4 elements into the buffer, rows of D + 4): the dQ conversion
+// stores 8 bytes at a time instead of 16; dQ has the packed run's bits (deterministic, so dQ is
+// reproducible), and no element between the rows is written.
+TEST(StridedGpu, GradientRowsWithout16ByteAlignmentGetTheSameBits) {
+  SF_REQUIRE_GPU();
+  for (const int d : {64, 128}) {
+    const AttentionShape s{2, 3, 150, 150, d};
+    const Inputs in = random_inputs(s, Layout::bhtd, 5400 + d);
+    AttentionOptions opt;
+    opt.numerics = Numerics::fused, opt.causal = true, opt.deterministic = true;
+    opt.delta_source = DeltaSource::compensated;
+    const Outputs packed = run_gpu(in, opt, /*backward=*/true);
+    opt.device = Device::cuda;
+    const std::int64_t P = d + 4, offset = 4;  // [B, H, Tq, D + 4] from element 4: 8-byte aligned rows
+    const HeadStrides qs{std::int64_t(s.heads) * s.q_len * P, std::int64_t(s.q_len) * P, P};
+    const std::size_t nq = in.q.size(), nk = in.k.size(), n = std::size_t(offset + std::int64_t(s.rows()) * P);
+    GuardedBuffer<bf16> q(nq, in.q), k(nk, in.k), v(nk, in.v), d_o(nq, in.d_o), o(nq, packed.o), r(nq, packed.residual);
+    GuardedBuffer<bf16> dq(n), dk(nk), dv(nk);
+    GuardedBuffer<float> lse(packed.lse.size(), packed.lse), delta(packed.lse.size());
+    BackwardArgs ba;
+    ba.shape = s, ba.q = q.get(), ba.k = k.get(), ba.v = v.get(), ba.o = o.get(), ba.o_residual = r.get(), ba.lse = lse.get();
+    ba.d_o = d_o.get(), ba.dq = dq.get() + offset, ba.dk = dk.get(), ba.dv = dv.get(), ba.delta = delta.get();
+    ba.strides.dq = qs;
+    attention_backward(ba, opt);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_TRUE(dq.intact(false) && dk.intact(true) && dv.intact(true)) << "D " << d;
+    const std::vector<bf16> dq_all = dq.download();
+    std::vector<bf16> dq_packed(nq);
+    std::size_t at = 0, outside = 0;
+    for (int b = 0; b < s.batch; ++b)
+      for (int h = 0; h < s.heads; ++h)
+        for (int t = 0; t < s.q_len; ++t) {
+          for (int e = 0; e < d; ++e, ++at) dq_packed[at] = dq_all[std::size_t(offset + qs.at(b, h, t) + e)];
+          for (int e = d; e < P; ++e) outside += dq_all[std::size_t(offset + qs.at(b, h, t) + e)].bits != 0xffa5;  // poison
+        }
+    EXPECT_TRUE(same_bits(dq_packed, packed.dq)) << "D " << d;
+    EXPECT_EQ(outside, 0u) << "D " << d << ": elements between dq's rows written";
+    EXPECT_TRUE(same_bits(dk.download(), packed.dk)) << "D " << d;
+    EXPECT_TRUE(same_bits(dv.download(), packed.dv)) << "D " << d;
+    EXPECT_TRUE(same_bits(delta.download(), packed.delta)) << "D " << d;
+  }
 }
 
 // A stride the kernels cannot take is refused before anything runs, with the field named.

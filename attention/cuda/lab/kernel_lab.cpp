@@ -2,6 +2,7 @@
 // lab's comparison kernels, e.g.
 //   kernel_lab --forward-kernel mma --backward-kernel mma --shapes 16x12x1024x64:causal
 //   kernel_lab --forward-kernel wgmma-1wg --shapes 8x16x4096x128:causal --policy hashed_offset
+//   kernel_lab --backward-parts   (the delta pass and dQ conversion alone, old vs new; lab/backward_parts.cu)
 // These kernels are not part of the library that programs link (docs/cuda-kernels.md "Kernel lab").
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -21,9 +22,18 @@ int main(int argc, char** argv) {
                                               "(no softmax / P V overlap)")
       ->capture_default_str();
   app.add_option("--backward-kernel", backward, "production, mma (mma.sync)")->capture_default_str();
+  bool backward_parts = false;
+  std::string parts_shapes = "16x12x1024x64,8x16x4096x128,3x5x333x64,2x3x100x128";
+  int parts_repeats = 20;
+  app.add_flag("--backward-parts", backward_parts,
+               "instead of the table: time the backward's delta pass and dQ conversion alone (the lab's earlier kernels "
+               "against production's, outputs compared bit for bit) and the dQ workspace memset");
+  app.add_option("--parts-shapes", parts_shapes, "--backward-parts: BxHxTxD,...")->capture_default_str();
+  app.add_option("--parts-repeats", parts_repeats, "--backward-parts: launches per timing")->capture_default_str();
   cli::add_attention_bench_flags(&app, config);
   CLI11_PARSE(app, argc, argv);
   try {
+    if (backward_parts) return attention::cuda::lab::run_backward_parts(parts_shapes, parts_repeats);
     const auto f = attention::cuda::lab::parse_forward_choice(forward);
     const auto b = attention::cuda::lab::parse_backward_choice(backward);
     if (!f) throw std::invalid_argument("--forward-kernel: unknown kernel '" + forward + "'");

@@ -31,4 +31,9 @@ std::string to_string(BackwardChoice c);
 
 Kernels kernels(ForwardChoice forward, BackwardChoice backward);
 
+// `kernel_lab --backward-parts` (lab/backward_parts.cu): the delta pass and the dQ conversion alone,
+// the lab's earlier versions against production's, timed and compared bit for bit, and the dQ
+// workspace memset, at each BxHxTxD of the comma-separated `shapes`; 1 if any output differed.
+int run_backward_parts(const std::string& shapes, int repeats);
+
 }  // namespace stableflash::attention::cuda::lab
