@@ -111,6 +111,12 @@ struct KeyCursor {
 struct Bf16Bits {
   __device__ constexpr operator int() const { return 7; }
 };
+// A bool known at compile time where a run-time one may be passed (like Bf16Bits).
+template <bool B>
+struct FixedBool {
+  __device__ constexpr operator bool() const { return B; }
+};
+
 template <class F>
 __device__ __forceinline__ void with_round_bits(int bits, F&& f) {
   if (bits == 7) {
@@ -118,6 +124,21 @@ __device__ __forceinline__ void with_round_bits(int bits, F&& f) {
   } else {
     f(bits);
   }
+}
+
+// fused P-bar from a raw dot when the scale is 2^k, k <= 0 (1/sqrt(D) at D = 16, 64, 256):
+// S = fused::score(dot, scale) = RN(dot 2^k) is then dot 2^k exactly, so one FMA gives RN(S - m)
+// (fused::pbar_fast's first rounding) bit for bit; the rest is pbar_fast's. The one exception is a
+// product below the normal range (|dot| < 2^(-126 - k)), which RN rounds: there the two roundings
+// can differ by one unit of 2^-149, and only when |S - m| < 2^-99 (for larger |m| both give -m),
+// where exp2 of the (flushed or tiny) argument is 1 either way.
+__device__ __forceinline__ bool scale_is_exact_power_of_two(float scale) {
+  const std::uint32_t bits = __float_as_uint(scale);
+  const std::uint32_t exponent = bits >> 23;  // sign 0: positive
+  return (bits & 0x007fffffu) == 0 && exponent >= 1 && exponent <= 127;  // normal, 2^-126 .. 1
+}
+__device__ __forceinline__ float fused_pbar_pow2_scale(float dot, float scale, float m) {
+  return fused::exp_fast(__fmaf_rn(dot, scale, -m));
 }
 
 // ---- The rows of a thread: the parts (forward_row_parts.cuh) and what joins them -------------
@@ -169,6 +190,18 @@ struct ForwardRows {
       }
   }
 
+  // The largest raw dot of row (mi, hf) in the quad's tile. Started from the first pair rather
+  // than -inf (one fmax less per row): the two differ only where every entry the thread holds is
+  // NaN, giving NaN instead of -inf, and quad_max's fmax (which drops a NaN operand) and `active`
+  // (false for both) treat the two alike.
+  template <int N>
+  __device__ static float tile_row_max(const float (&sc)[MR][N][4], int mi, int hf) {
+    float r = fmaxf(sc[mi][0][2 * hf], sc[mi][0][2 * hf + 1]);
+#pragma unroll
+    for (int nj = 1; nj < N; ++nj) r = fmaxf(r, fmaxf(sc[mi][nj][2 * hf], sc[mi][nj][2 * hf + 1]));
+    return quad_max(r);
+  }
+
   // The score in the policy's units: paper scores already are; fused keeps raw dots, and
   // dot * scale is monotone in dot, so maxima and order statistics map exactly.
   __device__ static float to_score(const ForwardParams& p, float x) { return kPaper ? x : fused::score(x, p.scale); }
@@ -188,9 +221,7 @@ struct ForwardRows {
         if (st.prepass) {
           top2.take(mi, hf, r1, r2);
         } else {
-#pragma unroll
-          for (int nj = 0; nj < N; ++nj) r1 = fmaxf(r1, fmaxf(sc[mi][nj][2 * hf], sc[mi][nj][2 * hf + 1]));
-          r1 = quad_max(r1);
+          r1 = tile_row_max(sc, mi, hf);
         }
         const bool active = r1 > -kInfinity;
         const float r_m = to_score(p, r1);
@@ -242,8 +273,11 @@ struct ForwardRows {
   // P-bar = exp(S - m) in place over a tile of N key n-tiles, and the row sums: of the FP32 P-bar
   // (paper; fused by default) or of BF16(P-bar) (fused, normalizer = bf16: the values the
   // P-bar * V product actually uses).
-  template <int N>
+  // kPow2Scale (fused only): the caller has checked scale_is_exact_power_of_two(p.scale), and
+  // P-bar takes one FMA less per entry (fused_pbar_pow2_scale).
+  template <bool kPow2Scale = false, int N>
   __device__ void exponentiate(const ForwardParams& p, float (&sc)[MR][N][4]) {
+    static_assert(!(kPaper && kPow2Scale), "paper scores are rounded to BF16 before the shift");
     if constexpr (kPaper) {
       std::uint32_t sp[N][2];
       pack_score_pairs(sc, sp);
@@ -257,7 +291,13 @@ struct ForwardRows {
 #pragma unroll
         for (int nj = 0; nj < N; ++nj)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) sc[mi][nj][e] = fused::pbar_fast(fused::score(sc[mi][nj][e], p.scale), shift[e / 2]);
+          for (int e = 0; e < 4; ++e) {
+            if constexpr (kPow2Scale) {
+              sc[mi][nj][e] = fused_pbar_pow2_scale(sc[mi][nj][e], p.scale, shift[e / 2]);
+            } else {
+              sc[mi][nj][e] = fused::pbar_fast(fused::score(sc[mi][nj][e], p.scale), shift[e / 2]);
+            }
+          }
         add_row_sums(p, mi, sc);
       }
     }
@@ -285,17 +325,22 @@ struct ForwardRows {
   // BF16(P-bar) == 1 entries.
   template <int N>
   __device__ void add_row_sums(const ForwardParams& p, int mi, const float (&sc)[MR][N][4]) {
-    float part[2] = {0.0f, 0.0f};
+    // Each sum starts from its first term rather than 0 + it: the same value, since P-bar >= 0 and
+    // 0 + x = x for every x but -0 (one add less per row).
+    float part[2];
     if (!kPaper && p.normalizer_bf16) {  // one branch per tile, not per element
 #pragma unroll
       for (int nj = 0; nj < N; ++nj)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) part[e / 2] += round_bf16(sc[mi][nj][e]);
+        for (int e = 0; e < 4; ++e) {
+          const float term = round_bf16(sc[mi][nj][e]);
+          part[e / 2] = nj == 0 && e % 2 == 0 ? term : part[e / 2] + term;
+        }
     } else {
 #pragma unroll
       for (int nj = 0; nj < N; ++nj)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) part[e / 2] += sc[mi][nj][e];
+        for (int e = 0; e < 4; ++e) part[e / 2] = nj == 0 && e % 2 == 0 ? sc[mi][nj][e] : part[e / 2] + sc[mi][nj][e];
     }
     events.count_ones(mi, sc);
 #pragma unroll
@@ -376,15 +421,45 @@ struct ForwardEpilogue {
   // Visits every output element pair this thread holds in rows < Tq: emit(row, local_row, nd,
   // O pair, residual pair) with O = BF16(O_fp32) and r = BF16(O_fp32 - O) (the compensated
   // delta's residual; 0 unless `residual`). Columns nd * 8 + 2t, + 1. Rows that saw no key: 0.
+  // fused decides `residual` once here, not per element (per element, nvcc interleaved predicated
+  // copies of both variants: ~20 instructions per pair instead of 12); paper keeps the run-time
+  // test, which costs it fewer registers (241 instead of 255 at D = 128).
   template <class Emit>
   __device__ static void finalize_outputs(const Rows& rows, const ForwardParams& p, bool residual, Emit&& emit) {
     with_round_bits(p.round_bits, [&](auto bits) {
-      for_each_row(rows, p, [&](int mi, int hf, int i, float l_row, bool seen) {
-        const float rcp_l = seen ? __frcp_rn(l_row) : 0.0f;
-        float rcp_shadow = 0.0f;
-        if constexpr (kPaper) rcp_shadow = residual && seen ? __frcp_rn(rows.paper_state.l_shadow[mi][hf]) : 0.0f;
+      if constexpr (kPaper) {
+        finalize_rows(rows, p, bits, residual, emit);
+      } else if (residual) {
+        finalize_rows(rows, p, bits, FixedBool<true>{}, emit);
+      } else {
+        finalize_rows(rows, p, bits, FixedBool<false>{}, emit);
+      }
+    });
+  }
+
+  // fused at BF16 output: both elements of a pair rounded by one cvt.rn.bf16x2 (the bits of
+  // pack_bf16x2(round_bf16(a), round_bf16(b)): RN to BF16 once either way), the residual from the
+  // packed halves (bf16_lo/hi are the rounded values exactly).
+  template <class Bits>
+  static constexpr bool kPairRounding = !kPaper && std::is_same_v<Bits, Bf16Bits>;
+
+  // residual: a bool, or FixedBool to decide it at compile time.
+  template <class Bits, class Residual, class Emit>
+  __device__ static void finalize_rows(const Rows& rows, const ForwardParams& p, Bits bits, Residual residual, Emit& emit) {
+    for_each_row(rows, p, [&](int mi, int hf, int i, float l_row, bool seen) {
+      const float rcp_l = seen ? __frcp_rn(l_row) : 0.0f;
+      float rcp_shadow = 0.0f;
+      if constexpr (kPaper) rcp_shadow = residual && seen ? __frcp_rn(rows.paper_state.l_shadow[mi][hf]) : 0.0f;
 #pragma unroll
-        for (int nd = 0; nd < DT; ++nd) {
+      for (int nd = 0; nd < DT; ++nd) {
+        std::uint32_t o_pair, r_pair = 0u;
+        if constexpr (kPairRounding<Bits>) {
+          const float e0 = exact_output(rows, mi, nd, hf, 0, l_row, rcp_l, 0.0f);
+          const float e1 = exact_output(rows, mi, nd, hf, 1, l_row, rcp_l, 0.0f);
+          o_pair = pack_bf16x2(e0, e1);  // = finalize_output(e, 7) of each, packed
+          // output_residual(e, o) = round_bf16(e - o), packed: RN to BF16 once either way
+          if (residual) r_pair = pack_bf16x2(sub_rn(e0, bf16_lo(o_pair)), sub_rn(e1, bf16_hi(o_pair)));
+        } else {
           float o2[2], r2[2] = {0.0f, 0.0f};
           if (residual) {  // uniform: both loops are straight-line code
 #pragma unroll
@@ -397,9 +472,11 @@ struct ForwardEpilogue {
 #pragma unroll
             for (int e2 = 0; e2 < 2; ++e2) o2[e2] = rounded_output(rows, bits, mi, nd, hf, e2, l_row, rcp_l);
           }
-          emit(i, rows.lrow0 + row_offset(mi, hf), nd, pack_bf16x2(o2[0], o2[1]), pack_bf16x2(r2[0], r2[1]));
+          o_pair = pack_bf16x2(o2[0], o2[1]);
+          r_pair = pack_bf16x2(r2[0], r2[1]);
         }
-      });
+        emit(i, rows.lrow0 + row_offset(mi, hf), nd, o_pair, r_pair);
+      }
     });
   }
 

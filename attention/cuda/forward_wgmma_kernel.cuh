@@ -70,6 +70,7 @@ __device__ __forceinline__ void load_tile(const CUtensorMap* map, std::uint32_t 
 // for a producer warp's copies instead and hands each buffer back as soon as its product is done.
 template <int D, int BK, int KV>
 struct SelfFeed {
+  static constexpr int kStepsPerIteration = 2;  // buffers alternate: forward_pipelined_walk unrolls by the parity
   const ForwardParams& p;
   int kv_h, b, total;
   std::uint32_t s_k0, s_v0, bars;
@@ -97,47 +98,86 @@ struct SelfFeed {
 // waits for that product. P-bar stays FP32 in sc until P_(j-1) V_(j-1) has landed and is packed
 // into pa then, so only one set of A fragments is live. K_j is handed back once S_j has landed,
 // V_(j-1) once P_(j-1) V_(j-1) has.
+template <int D, int BK, bool kPow2Scale, class Rows, class Feed>
+__device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& rows, const Feed& feed, int j, int min_last, int t,
+                                               std::uint32_t s_q, std::uint32_t (&pa)[1][BK / 16][4]) {
+  const int key0 = j * BK;
+  feed.begin_step(j);
+  feed.wait_k(j);
+  float sc[1][BK / 8][4];
+  wgmma_fence();
+  issue_scores<D, BK>(sc, s_q, feed.k(j));
+  wgmma_commit();
+  if (j > 0) {
+    feed.wait_v(j - 1);
+    // The loop-top fence covers these registers (acc and pa were last written before it), but
+    // ptxas does not see that across wait_v's spin loop and injected this same arrive itself,
+    // with warning C7519 (the SASS is identical either way).
+    wgmma_fence();
+    issue_pv<D, BK>(rows.softmax.acc[0], pa[0], feed.v(j - 1));
+    wgmma_commit();
+    wgmma_wait<1>();  // S_j has landed; P_(j-1) V_(j-1) may still run
+  } else {
+    wgmma_wait<0>();
+  }
+  fence_registers(sc[0]);
+  feed.release_k(j);
+  mode_scores_and_mask<false, BK>(sc, p.scale, key0, min_last, t, rows.last);
+  float c[1][2];
+  rows.template start_unit<true>(p, sc, KeyStep{key0, 0, 1, true, false}, c);
+  rows.template exponentiate<kPow2Scale>(p, sc);
+  wgmma_wait<0>();
+  fence_registers(rows.softmax.acc[0]);
+  fence_registers(pa[0]);
+  if (j > 0) feed.release_v(j - 1);
+  rows.softmax.rescale_acc(c);
+  Rows::pack_operands(sc, pa);
+  feed.end_step();
+}
+
+// Steps per iteration of the walk's loop: a feed whose buffers alternate between two (SelfFeed,
+// kStepsPerIteration = 2) gets its step's parity as a compile-time constant, so its buffer and
+// barrier addresses and the K/V descriptors derived from them stop being recomputed every step
+// (17 instructions a step, most of them uniform-datapath, at D = 64).
+template <class Feed>
+__device__ constexpr int steps_per_iteration() {
+  if constexpr (requires { Feed::kStepsPerIteration; }) {
+    return Feed::kStepsPerIteration;
+  } else {
+    return 1;
+  }
+}
+
 template <int D, int BK, class Rows, class Feed>
 __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, Rows& rows, const Feed& feed, int total,
                                                        int min_last, int t, std::uint32_t s_q) {
   // Counting runs walk in numerics tiles (cta_keys), never here: telling the compiler lets it drop
   // the counters' code from the loop (2-3% of its instructions with a policy that can fall back).
   __builtin_assume(rows.events.records == nullptr);
+  constexpr int U = steps_per_iteration<Feed>();
+  static_assert(U == 1 || U == 2, "the parity trick below assumes U divides 2");
   feed.start();
   std::uint32_t pa[1][BK / 16][4];  // BF16(P-bar) of the previous step
-  for (int j = 0; j < total; ++j) {
-    const int key0 = j * BK;
-    feed.begin_step(j);
-    feed.wait_k(j);
-    float sc[1][BK / 8][4];
-    wgmma_fence();
-    issue_scores<D, BK>(sc, s_q, feed.k(j));
-    wgmma_commit();
-    if (j > 0) {
-      feed.wait_v(j - 1);
-      // The loop-top fence covers these registers (acc and pa were last written before it), but
-      // ptxas does not see that across wait_v's spin loop and injected this same arrive itself,
-      // with warning C7519 (the SASS is identical either way).
-      wgmma_fence();
-      issue_pv<D, BK>(rows.softmax.acc[0], pa[0], feed.v(j - 1));
-      wgmma_commit();
-      wgmma_wait<1>();  // S_j has landed; P_(j-1) V_(j-1) may still run
-    } else {
-      wgmma_wait<0>();
+  const auto steps = [&](auto pow2_scale) {
+    // j = U i + u: the compiler sees j % U = u from the known low bits of U i (an assumption about
+    // j itself did not reach the backend, which merged the copies back into one).
+    for (int i = 0; U * i < total; ++i) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int j = U * i + u;
+        if (u > 0 && j == total) break;
+        pipelined_step<D, BK, decltype(pow2_scale)::value>(p, rows, feed, j, min_last, t, s_q, pa);
+      }
     }
-    fence_registers(sc[0]);
-    feed.release_k(j);
-    mode_scores_and_mask<false, BK>(sc, p.scale, key0, min_last, t, rows.last);
-    float c[1][2];
-    rows.template start_unit<true>(p, sc, KeyStep{key0, 0, 1, true, false}, c);
-    rows.exponentiate(p, sc);
-    wgmma_wait<0>();
-    fence_registers(rows.softmax.acc[0]);
-    fence_registers(pa[0]);
-    if (j > 0) feed.release_v(j - 1);
-    rows.softmax.rescale_acc(c);
-    Rows::pack_operands(sc, pa);
-    feed.end_step();
+  };
+  // One FMA less per score where the scale allows it (fused_pbar_pow2_scale: the same bits).
+  // Instantiated only where the default scale 1/sqrt(D) is a power of two (D a power of 4: here
+  // D = 64); at D = 128 the copy would be dead code and registers.
+  constexpr bool kDefaultScalePow2 = D > 0 && (D & (D - 1)) == 0 && (D & 0x55555555) != 0;
+  if (kDefaultScalePow2 && scale_is_exact_power_of_two(p.scale)) {
+    steps(std::bool_constant<kDefaultScalePow2>{});
+  } else {
+    steps(std::false_type{});
   }
   if (total > 0) {
     const int j = total - 1;
@@ -206,7 +246,6 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   const CtaKeys keys = cta_keys<BQ, BK, kMultiPass>(p, m0);
   const KeyWalk& walk = keys.walk;
   const int n_keys = keys.n_keys, min_last = keys.min_last;
-  const int total = walk.total_steps();
 
   const auto finish = [&](const Rows& done) {
     if (p.store_by_tma) {
@@ -251,6 +290,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
       return;
     }
   }
+  const int total = walk.total_steps();  // after the fast path, which needs none of its divisions
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(bars, kBoxes * kBoxBytes);
 #pragma unroll
