@@ -288,7 +288,9 @@ TEST(ShardPlan, TokenEmbeddingSplitIsOneBucketOfWholeRowsPerRank) {
           at = rows.end;
         }
       }
-      if (!replicate_all) EXPECT_EQ(p.owned_count() * W, p.total());
+      if (!replicate_all) {
+        EXPECT_EQ(p.owned_count() * W, p.total());
+      }
     }
   // 50304 % 5 != 0: no split, the plan without it.
   const ShardPlan five = ShardPlan::make(t, OptimizerKind::adamw, 5, bucket, false, true);
