@@ -15,8 +15,9 @@
 namespace stableflash::attention::cuda {
 
 // Deterministic dQ: the key blocks of one (b, h) add into a query block's dQ in key-block order.
-// Block kb waits until the counter reads kb; CTAs are dispatched in blockIdx order, so the blocks
-// it waits for are running or done.
+// Block kb waits until the counter reads kb; CTAs are dispatched in blockIdx order, and both
+// kernels' launch orders put key block kb - 1 of a (b, h) before kb, so the blocks it waits for are
+// running or done.
 __device__ __forceinline__ void wait_turn(const int* counter, int turn) {
   if (threadIdx.x == 0) {
     int seen;

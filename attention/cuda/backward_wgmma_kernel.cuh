@@ -70,6 +70,28 @@ struct WgmmaBackwardTraits {
   static_assert(kSmemBytes <= 227 * 1024, "fits one CTA per SM");
 };
 
+// The order the CTAs start in (a 1-d grid; CTAs start in blockIdx order). A causal key block kb
+// walks the query blocks from its diagonal on, so key block 0 is the longest. The (batch, head)
+// pairs go in groups of about one wave (kWaveCtas CTAs), and within a group key block 0 of every
+// pair first, then key block 1, ...: the grid ends on its last group's short CTAs, not on the long
+// key-block-0 CTAs of its last heads (as with the key block varying fastest), while one head's
+// CTAs still run close together (its Q and dO shared in L2). Non-causal: groups of one pair, key
+// blocks in order. Deterministic mode needs key block kb - 1 of a pair to start before kb: it does.
+struct BackwardCtaOrder {
+  static constexpr int kWaveCtas = 128;  // about one CTA per SM of an H100 / H200 (132 SMs)
+  int key_blocks, pairs, group;
+  __host__ __device__ BackwardCtaOrder(int key_blocks_, int pairs_, bool causal)
+      : key_blocks(key_blocks_), pairs(pairs_), group(causal && kWaveCtas / key_blocks_ > 1 ? kWaveCtas / key_blocks_ : 1) {}
+  // CTA index -> key block kb and pair b * heads + h
+  __device__ void decode(int cta, int& kb, int& pair) const {
+    const int first_pair = cta / (group * key_blocks) * group;
+    const int in_group = pairs - first_pair < group ? pairs - first_pair : group;  // the last group may be short
+    const int r = cta - first_pair * key_blocks;
+    kb = r / in_group;
+    pair = first_pair + r % in_group;
+  }
+};
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_backward_wgmma_kernel(const __grid_constant__ BackwardParams p) {
@@ -89,7 +111,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   auto bar_full = [&](int slot) { return bar_kv + 8 * (1 + slot); };  // Q and dO of a slot arrived
   auto bar_free = [&](int slot) { return bar_kv + 8 * (3 + slot); };  // every warp is done with a slot
 
-  const int b = blockIdx.z, h = blockIdx.y, kb = blockIdx.x, k0 = kb * BK;
+  const bool causal = p.causal != 0;
+  int kb, pair;
+  BackwardCtaOrder((p.k_len + BK - 1) / BK, p.batch * p.heads, causal).decode(blockIdx.x, kb, pair);
+  const int b = pair / p.heads, h = pair % p.heads, k0 = kb * BK;
   const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
   // The warpgroup index broadcast from lane 0: the compiler then knows it is warp-uniform and keeps
   // the shared-memory addresses derived from it (wgmma descriptors) in uniform registers instead of
@@ -97,7 +122,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int group_k0 = k0 + wg * GK;  // this warpgroup's first key
-  const bool causal = p.causal != 0;
   const std::int64_t row_base = (std::int64_t(b) * p.heads + h) * p.q_len;
   const int first_query = causal ? max(0, k0 - (p.k_len - p.q_len)) : 0;
   const int qb_begin = first_query / BQ, qb_end = (p.q_len + BQ - 1) / BQ;
