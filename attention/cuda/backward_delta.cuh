@@ -40,8 +40,8 @@ inline constexpr int kDeltaRowsPerCta = kDeltaThreads / (D / 8) * kDeltaRowsPerT
 // each tensor per lane, the lanes' parts added by a shuffle tree (offsets D/16 .. 1): the sum order
 // of the delta kernels before this one (lab/backward_small_v1.cuh), so the same bits.
 // Rows are walked in the memory order of o (heads inner for [B, T, H, D] tensors, positions inner
-// for [B, H, T, D]); the row of a CTA's pass is found with 32-bit divisions (H Tq < 2^31: the
-// launcher checks), not 64-bit ones (the earlier kernel had three for every 48 bytes it read).
+// for [B, H, T, D]); the row of a CTA's pass is found with 32-bit divisions (H Tq < 2^31:
+// check_tensors checks), not 64-bit ones (the earlier kernel had three for every 48 bytes it read).
 template <int D, bool kPaper>
 __global__ void __launch_bounds__(kDeltaThreads) delta_from_output_kernel(const __grid_constant__ BackwardParams p) {
   constexpr int kLanes = D / 8, kRowsPerPass = kDeltaThreads / kLanes, kPasses = kDeltaRowsPerThread;
@@ -197,7 +197,7 @@ __device__ __forceinline__ void quad_transpose_step(const std::uint32_t (&w)[4],
 // t + 4 whole, then 16-byte stores (8-byte pairs where dq's rows are only 8-byte aligned:
 // `store16`). Each element is mul_rn then RN to BF16, as before (lab/backward_small_v1.cuh).
 // Padding rows past Tq are not stored. blockIdx.x = the tile's index in the workspace
-// ((b H + h) blocks + query block) D / 64 + dim tile, < 2^31 (the launcher checks).
+// ((b H + h) blocks + query block) D / 64 + dim tile, < 2^31 (check_tensors checks).
 inline constexpr int kDqConvertThreads = 128;
 template <int D>
 __global__ void __launch_bounds__(kDqConvertThreads) dq_convert_fragments_kernel(const __grid_constant__ BackwardParams p,

@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   const bool causal = p.causal != 0;
   int kb, pair;
-  BackwardCtaOrder((p.k_len + BK - 1) / BK, p.batch * p.heads, causal).decode(blockIdx.x, kb, pair);
+  BackwardCtaOrder(p.k_len / BK + (p.k_len % BK != 0), p.batch * p.heads, causal).decode(blockIdx.x, kb, pair);  // no k_len + BK overflow
   const int b = pair / p.heads, h = pair % p.heads, k0 = kb * BK;
   const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
   // The warpgroup index broadcast from lane 0: the compiler then knows it is warp-uniform and keeps

@@ -70,6 +70,22 @@ std::vector<TensorNeed> backward_tensors(const BackwardArgs& a) {
 
 std::size_t aligned256(std::size_t n) { return (n + 255) / 256 * 256; }
 
+// What the backward's kernels index in 32 bits (backward_instances.cu.in launches them without
+// further checks): the δ pass's rows of one batch element, the main kernel's 1-d grid of CTAs, the
+// dQ conversion's [64, 64] tiles (one CTA each).
+void check_backward_index_ranges(const AttentionShape& s) {
+  const std::int64_t pairs = std::int64_t(s.batch) * s.heads;
+  const auto below_2_31 = [](std::int64_t n, const char* what) {
+    if (n >= (std::int64_t(1) << 31))
+      throw std::invalid_argument(std::string("CUDA attention backward: ") + what + " must be below 2^31, got " + std::to_string(n));
+  };
+  below_2_31(std::int64_t(s.heads) * s.q_len, "heads * q_len (the delta pass's rows of a batch element)");
+  const auto blocks = [](int len, int block) { return (std::int64_t(len) + block - 1) / block; };
+  below_2_31(pairs * blocks(s.k_len, kBackwardBlockK), "batch * heads * key blocks of 128 (the backward's CTAs)");
+  below_2_31(pairs * blocks(s.q_len, kBackwardBlockQ) * (s.head_dim / 64),
+             "batch * heads * query blocks of 64 * head_dim / 64 (the dQ conversion's tiles)");
+}
+
 }  // namespace
 
 bool rows_aligned(const void* ptr, std::int64_t stride_b, std::int64_t stride_h, std::int64_t stride_t, int align) {
@@ -102,6 +118,7 @@ void check_tensors(const BackwardArgs& a, const AttentionOptions& opt) {
   if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
     throw std::invalid_argument("delta_source: 'compensated' needs the forward's o_residual");
   for (const TensorNeed& n : backward_tensors(a)) check_tensor(n);
+  check_backward_index_ranges(a.shape);
 }
 
 bool takes_fast_path(Numerics numerics, ShiftPolicy policy, bool count_events) {

@@ -87,10 +87,13 @@ BackwardPlan plan_backward(const BackwardArgs& args, const AttentionOptions& opt
 // Queries per dQ block of the wgmma backward (BackwardParams::dq_semaphore: one turn counter each;
 // DqFragmentOrder::kBlockQ).
 inline constexpr int kBackwardBlockQ = 64;
+// Keys per CTA of the wgmma backward (its grid: one CTA per batch element, head and key block).
+inline constexpr int kBackwardBlockK = 128;
 
 // The argument checks behind cuda::check_supported / check_supported_args (docs/cuda-kernels.md
 // "Strided tensors"), host code: options and shape (head_dim_compiled: whether this build has
-// kernels for the head dim; entry.cu knows), then the required pointers and each tensor's alignment.
+// kernels for the head dim; entry.cu knows), then the required pointers and each tensor's alignment,
+// and for the backward the index ranges its kernels compute in 32 bits.
 void check_shape_options(const AttentionShape& shape, const AttentionOptions& options, bool head_dim_compiled);
 void check_tensors(const ForwardArgs& args, const AttentionOptions& options);
 void check_tensors(const BackwardArgs& args, const AttentionOptions& options);

@@ -150,6 +150,34 @@ TEST(LaunchPlan, BackwardDeltaPassAndWorkspace) {
   EXPECT_EQ(plan_backward(g, AttentionOptions{}, /*with_gradients=*/false).workspace.total, 0u);
 }
 
+// The backward's kernels index three ranges in 32 bits; each shape crosses exactly one of them by
+// one, beside a shape one below it (check_backward_index_ranges in plan.cpp).
+TEST(LaunchPlan, BackwardIndexRangesAreCheckedOnce) {
+  AttentionOptions opt;
+  opt.device = Device::cuda;
+  const auto message = [&](const AttentionShape& s) -> std::string {
+    try {
+      check_tensors(backward_args(s), opt);
+      return "";
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+  };
+  const int kMaxInt = 2147483647;
+  // heads * q_len = 2^31 (the delta pass's rows of a batch element)
+  EXPECT_NE(message({1, 2, 1 << 30, 64, 64}).find("heads * q_len"), std::string::npos);
+  EXPECT_EQ(message({1, 2, (1 << 30) - 1, 64, 64}), "");
+  // 128 heads x 2^24 key blocks of 128 = 2^31 CTAs (k_len 2^31 - 1 rounds up to 2^24 blocks, with
+  // no int overflow on the way), then 256 heads x 2^23 blocks
+  EXPECT_NE(message({1, 128, 64, kMaxInt, 64}).find("the backward's CTAs"), std::string::npos);
+  EXPECT_EQ(message({1, 127, 64, kMaxInt, 64}), "");
+  EXPECT_NE(message({1, 256, 64, 1 << 30, 64}).find("the backward's CTAs"), std::string::npos);
+  EXPECT_EQ(message({1, 256, 64, (1 << 30) - 128, 64}), "");
+  // 2^26 batch elements x 16 query blocks x 2 dim tiles = 2^31 dQ tiles
+  EXPECT_NE(message({1 << 26, 1, 1024, 64, 128}).find("the dQ conversion's tiles"), std::string::npos);
+  EXPECT_EQ(message({(1 << 26) - 1, 1, 1024, 64, 128}), "");
+}
+
 TEST(LaunchPlan, ArgumentChecksNameTheField) {
   AttentionOptions opt;
   opt.device = Device::cuda;
