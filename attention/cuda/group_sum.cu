@@ -18,7 +18,7 @@ namespace {
 
 // One thread per 4 consecutive elements of a row (8 bytes: dk, dv rows are 8-byte aligned,
 // entry.cu's check_tensor).
-__global__ void __launch_bounds__(256) group_sum_kernel(const __grid_constant__ GroupSumParams p) {
+__global__ void __launch_bounds__(kGroupSumThreads) group_sum_kernel(const __grid_constant__ GroupSumParams p) {
   const int quads_per_row = p.head_dim / 4;
   const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= std::int64_t(p.batch) * p.kv_heads * p.len * quads_per_row) return;
@@ -44,7 +44,8 @@ __global__ void __launch_bounds__(256) group_sum_kernel(const __grid_constant__ 
 
 void launch_group_sum(const GroupSumParams& p, cudaStream_t stream) {
   const std::int64_t threads = std::int64_t(p.batch) * p.kv_heads * p.len * (p.head_dim / 4);
-  group_sum_kernel<<<unsigned((threads + 255) / 256), 256, 0, stream>>>(p);
+  // < 2^31 CTAs: check_tensors
+  group_sum_kernel<<<unsigned((threads + kGroupSumThreads - 1) / kGroupSumThreads), kGroupSumThreads, 0, stream>>>(p);
   check_cuda(cudaGetLastError(), "attention dK/dV group sum launch");
 }
 

@@ -88,13 +88,14 @@ struct BackwardParams {
 struct DqFragmentOrder {
   static constexpr int kBlockQ = 64;
   static constexpr int kTileFloats = kBlockQ * 64;
-  __host__ __device__ static int blocks(int q_len) { return (q_len + kBlockQ - 1) / kBlockQ; }
+  __host__ __device__ static int blocks(int q_len) { return q_len / kBlockQ + (q_len % kBlockQ != 0); }  // no q_len + 63 overflow
 };
 
-// Bottom-right aligned causal visibility: query i sees keys j <= i + (Tk - Tq).
+// Bottom-right aligned causal visibility: query i sees keys j <= i + (Tk - Tq). Tk - Tq first: i +
+// Tk would overflow where Tq + Tk passes 2^31 (i may run 64 rows past Tq: forward_ws_kernel.cuh).
 __host__ __device__ inline int last_key(int i, int q_len, int k_len, bool causal) {
   if (!causal) return k_len - 1;
-  const int last = i + k_len - q_len;
+  const int last = i + (k_len - q_len);
   return last < k_len - 1 ? last : k_len - 1;
 }
 

@@ -2,6 +2,8 @@
 // without CUDA so that the CPU tests can check what each call would run.
 #include "plan.hpp"
 
+#include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -70,20 +72,66 @@ std::vector<TensorNeed> backward_tensors(const BackwardArgs& a) {
 
 std::size_t aligned256(std::size_t n) { return (n + 255) / 256 * 256; }
 
-// What the backward's kernels index in 32 bits (backward_instances.cu.in launches them without
-// further checks): the δ pass's rows of one batch element, the main kernel's 1-d grid of CTAs, the
-// dQ conversion's [64, 64] tiles (one CTA each).
-void check_backward_index_ranges(const AttentionShape& s) {
-  const std::int64_t pairs = std::int64_t(s.batch) * s.heads;
-  const auto below_2_31 = [](std::int64_t n, const char* what) {
-    if (n >= (std::int64_t(1) << 31))
-      throw std::invalid_argument(std::string("CUDA attention backward: ") + what + " must be below 2^31, got " + std::to_string(n));
-  };
-  below_2_31(std::int64_t(s.heads) * s.q_len, "heads * q_len (the delta pass's rows of a batch element)");
-  const auto blocks = [](int len, int block) { return (std::int64_t(len) + block - 1) / block; };
-  below_2_31(pairs * blocks(s.k_len, kBackwardBlockK), "batch * heads * key blocks of 128 (the backward's CTAs)");
-  below_2_31(pairs * blocks(s.q_len, kBackwardBlockQ) * (s.head_dim / 64),
+// The index checks below, in 64 bits: a shape near the limits must not overflow on the way.
+std::int64_t blocks(int len, int block) { return (std::int64_t(len) + block - 1) / block; }
+std::int64_t rounded_up(int len, int block) { return blocks(len, block) * block; }
+// A product of counts (each >= 1; batch * heads * blocks of ints can reach 2^86), saturated at
+// 2^63 - 1 where it leaves 64 bits: the checks only compare it with 2^31.
+constexpr std::int64_t kSaturated = INT64_MAX;
+std::int64_t product(std::initializer_list<std::int64_t> factors) {
+  std::int64_t p = 1;
+  for (const std::int64_t f : factors)
+    if (__builtin_mul_overflow(p, f, &p)) return kSaturated;
+  return p;
+}
+void below_2_31(std::int64_t n, const char* pass, const char* what) {
+  if (n >= (std::int64_t(1) << 31))
+    throw std::invalid_argument(std::string("CUDA attention ") + pass + ": " + what + " must be below 2^31, got " +
+                                (n == kSaturated ? std::string("more than 2^63") : std::to_string(n)));
+}
+// CUDA's limit on a grid's y and z dimensions (x takes up to 2^31 - 1).
+void grid_y_or_z(int n, const char* pass, const char* what) {
+  if (n > 65535)
+    throw std::invalid_argument(std::string("CUDA attention ") + pass + ": " + what +
+                                " must be at most 65535 (CUDA's limit on a grid's y and z), got " + std::to_string(n));
+}
+
+// What the forward's kernels index in 32 bits (forward_instances.cu.in launches them without
+// further checks): the grid (query blocks, heads, batch), the row after a CTA's last (cta_keys: m0 +
+// rows per CTA) and the key after the walk's last step (the fast path's (n_keys + step - 1) / step
+// and its masks; the numerics-tile walk's start of the tile after the last), i.e. q_len and k_len
+// rounded up to whole CTAs and steps. kForwardMaxBlock is the warp-specialized kernel's CTA and
+// step; the one-warpgroup kernel (64-row CTAs) could take 64 rows more.
+void check_forward_index_ranges(const AttentionShape& s, const AttentionOptions& opt) {
+  grid_y_or_z(s.heads, "forward", "heads (the grid's y)");
+  grid_y_or_z(s.batch, "forward", "batch (the grid's z)");
+  below_2_31(rounded_up(s.q_len, kForwardMaxBlock), "forward", "q_len rounded up to CTAs of 128 rows");
+  below_2_31(rounded_up(s.k_len, kForwardMaxBlock), "forward", "k_len rounded up to steps of 128 keys");
+  below_2_31(rounded_up(s.k_len, opt.resolved_tile_k()), "forward", "k_len rounded up to whole key tiles (tile_k)");
+}
+
+// What the backward's kernels index in 32 bits (backward_instances.cu.in and group_sum.cu launch
+// them without further checks): the δ pass's rows of one batch element, the query blocks the main
+// kernel and the exact δ pass walk, the main kernel's 1-d grid of CTAs, the dQ conversion's [64, 64]
+// tiles (one CTA each); the exact δ pass's grid (query blocks, heads, batch) and key steps of 64;
+// the group sum's 1-d grid (grouped-query heads).
+void check_backward_index_ranges(const AttentionShape& s, const AttentionOptions& opt) {
+  below_2_31(product({s.heads, s.q_len}), "backward", "heads * q_len (the delta pass's rows of a batch element)");
+  below_2_31(rounded_up(s.q_len, kBackwardBlockQ), "backward", "q_len rounded up to query blocks of 64");
+  below_2_31(product({s.batch, s.heads, blocks(s.k_len, kBackwardBlockK)}), "backward",
+             "batch * heads * key blocks of 128 (the backward's CTAs)");
+  below_2_31(product({s.batch, s.heads, blocks(s.q_len, kBackwardBlockQ), s.head_dim / 64}), "backward",
              "batch * heads * query blocks of 64 * head_dim / 64 (the dQ conversion's tiles)");
+  if (opt.delta_source == DeltaSource::exact) {
+    grid_y_or_z(s.heads, "backward", "heads (the exact delta pass's grid y)");
+    grid_y_or_z(s.batch, "backward", "batch (the exact delta pass's grid z)");
+    below_2_31(rounded_up(s.k_len, 64), "backward", "k_len rounded up to the exact delta pass's steps of 64 keys");
+  }
+  if (s.group_size() > 1) {
+    const std::int64_t threads = product({s.batch, s.resolved_kv_heads(), s.k_len, s.head_dim / 4});
+    below_2_31(threads / kGroupSumThreads + (threads % kGroupSumThreads != 0), "backward",
+               "batch * kv_heads * k_len * head_dim / 4 / 256 (the group sum's CTAs)");
+  }
 }
 
 }  // namespace
@@ -110,6 +158,7 @@ void check_tensors(const ForwardArgs& a, const AttentionOptions& opt) {
   if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
     throw std::invalid_argument("delta_source: 'compensated' needs an o_residual output buffer");
   for (const TensorNeed& n : forward_tensors(a)) check_tensor(n);
+  check_forward_index_ranges(a.shape, opt);
 }
 
 void check_tensors(const BackwardArgs& a, const AttentionOptions& opt) {
@@ -118,7 +167,7 @@ void check_tensors(const BackwardArgs& a, const AttentionOptions& opt) {
   if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
     throw std::invalid_argument("delta_source: 'compensated' needs the forward's o_residual");
   for (const TensorNeed& n : backward_tensors(a)) check_tensor(n);
-  check_backward_index_ranges(a.shape);
+  check_backward_index_ranges(a.shape, opt);
 }
 
 bool takes_fast_path(Numerics numerics, ShiftPolicy policy, bool count_events) {
@@ -152,7 +201,7 @@ BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, b
   plan.kv_group = s.group_size();
   if (!with_gradients) return plan;
   BackwardWorkspace& w = plan.workspace;
-  const int q_blocks = (s.q_len + kBackwardBlockQ - 1) / kBackwardBlockQ;
+  const std::int64_t q_blocks = blocks(s.q_len, kBackwardBlockQ);  // no int overflow: backward_workspace_bytes skips check_tensors
   const std::size_t padded_rows = std::size_t(s.batch) * s.heads * q_blocks * kBackwardBlockQ;
   w.dq_bytes = padded_rows * s.head_dim * sizeof(float);
   w.semaphores = opt.deterministic ? std::size_t(s.batch) * s.heads * q_blocks : 0;

@@ -89,11 +89,16 @@ BackwardPlan plan_backward(const BackwardArgs& args, const AttentionOptions& opt
 inline constexpr int kBackwardBlockQ = 64;
 // Keys per CTA of the wgmma backward (its grid: one CTA per batch element, head and key block).
 inline constexpr int kBackwardBlockK = 128;
+// Threads per CTA of the dK / dV group sum (group_sum.cu: one thread per 4 elements).
+inline constexpr int kGroupSumThreads = 256;
+// The most query rows of a forward CTA and keys of a fast-path step (forward_instances.cu.in
+// asserts it of every kernel): the forward's 32-bit ints round q_len and k_len up to these.
+inline constexpr int kForwardMaxBlock = 128;
 
 // The argument checks behind cuda::check_supported / check_supported_args (docs/cuda-kernels.md
 // "Strided tensors"), host code: options and shape (head_dim_compiled: whether this build has
 // kernels for the head dim; entry.cu knows), then the required pointers and each tensor's alignment,
-// and for the backward the index ranges its kernels compute in 32 bits.
+// and the index ranges the kernels compute in 32 bits and their grids' limits.
 void check_shape_options(const AttentionShape& shape, const AttentionOptions& options, bool head_dim_compiled);
 void check_tensors(const ForwardArgs& args, const AttentionOptions& options);
 void check_tensors(const BackwardArgs& args, const AttentionOptions& options);

@@ -150,8 +150,9 @@ TEST(LaunchPlan, BackwardDeltaPassAndWorkspace) {
   EXPECT_EQ(plan_backward(g, AttentionOptions{}, /*with_gradients=*/false).workspace.total, 0u);
 }
 
-// The backward's kernels index three ranges in 32 bits; each shape crosses exactly one of them by
-// one, beside a shape one below it (check_backward_index_ranges in plan.cpp).
+// The ranges the backward's kernels index in 32 bits and the exact delta pass's grid; each shape
+// crosses exactly one of them by one, beside a shape one below it (check_backward_index_ranges in
+// plan.cpp).
 TEST(LaunchPlan, BackwardIndexRangesAreCheckedOnce) {
   AttentionOptions opt;
   opt.device = Device::cuda;
@@ -176,6 +177,60 @@ TEST(LaunchPlan, BackwardIndexRangesAreCheckedOnce) {
   // 2^26 batch elements x 16 query blocks x 2 dim tiles = 2^31 dQ tiles
   EXPECT_NE(message({1 << 26, 1, 1024, 64, 128}).find("the dQ conversion's tiles"), std::string::npos);
   EXPECT_EQ(message({(1 << 26) - 1, 1, 1024, 64, 128}), "");
+  // a CTA count past 2^63 (2^65 - 2^34): refused, not wrapped around to a small number
+  const std::string huge = message({kMaxInt, 1024, 1, kMaxInt, 64});
+  EXPECT_NE(huge.find("the backward's CTAs"), std::string::npos) << huge;
+  EXPECT_NE(huge.find("more than 2^63"), std::string::npos) << huge;
+  // q_len 2^31 - 63 rounds up to 2^31 in whole query blocks of 64 (the main kernel's loop bound)
+  EXPECT_NE(message({1, 1, kMaxInt - 62, 64, 64}).find("q_len rounded up to query blocks of 64"), std::string::npos);
+  EXPECT_EQ(message({1, 1, kMaxInt - 63, 64, 64}), "");
+  // grouped-query heads: 16 batch elements x 2^30 keys x 32 threads (D = 128) = 2^31 group-sum CTAs of 256
+  AttentionShape grouped{16, 2, 64, 1 << 30, 128};
+  grouped.kv_heads = 1;
+  EXPECT_NE(message(grouped).find("the group sum's CTAs"), std::string::npos);
+  grouped.k_len = (1 << 30) - 1;
+  EXPECT_EQ(message(grouped), "");
+  // the exact delta pass: heads and batch in its grid's y and z (the main kernel's grid is 1-d, so
+  // other delta sources take them), keys in steps of 64
+  EXPECT_EQ(message({1, 65536, 64, 64, 64}), "");
+  EXPECT_EQ(message({65536, 1, 64, 64, 64}), "");
+  opt.delta_source = DeltaSource::exact;
+  EXPECT_NE(message({1, 65536, 64, 64, 64}).find("heads (the exact delta pass's grid y)"), std::string::npos);
+  EXPECT_EQ(message({1, 65535, 64, 64, 64}), "");
+  EXPECT_NE(message({65536, 1, 64, 64, 64}).find("batch (the exact delta pass's grid z)"), std::string::npos);
+  EXPECT_EQ(message({65535, 1, 64, 64, 64}), "");
+  EXPECT_NE(message({1, 1, 64, kMaxInt - 62, 64}).find("the exact delta pass's steps of 64 keys"), std::string::npos);
+  EXPECT_EQ(message({1, 1, 64, kMaxInt - 63, 64}), "");
+}
+
+// The forward's grid (heads in y, batch in z: at most 65535) and its kernels' 32-bit ranges (q_len
+// and k_len rounded up to 128, k_len to tile_k); each shape crosses one of them by one, beside a
+// shape one below it (check_forward_index_ranges in plan.cpp).
+TEST(LaunchPlan, ForwardIndexRangesAreCheckedOnce) {
+  AttentionOptions opt;
+  opt.device = Device::cuda;
+  const auto message = [&](const AttentionShape& s) -> std::string {
+    try {
+      check_tensors(forward_args(s), opt);
+      return "";
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+  };
+  const int kMaxInt = 2147483647;
+  EXPECT_NE(message({1, 65536, 64, 64, 64}).find("heads (the grid's y) must be at most 65535"), std::string::npos);
+  EXPECT_EQ(message({1, 65535, 64, 64, 64}), "");
+  EXPECT_NE(message({65536, 1, 64, 64, 64}).find("batch (the grid's z) must be at most 65535"), std::string::npos);
+  EXPECT_EQ(message({65535, 1, 64, 64, 64}), "");
+  // 2^31 - 127 rounds up to 2^31 (computed without int overflow); 2^31 - 128 is a whole number of 128s
+  EXPECT_NE(message({1, 1, kMaxInt - 126, 64, 64}).find("q_len rounded up to CTAs of 128 rows"), std::string::npos);
+  EXPECT_EQ(message({1, 1, kMaxInt - 127, 64, 64}), "");
+  EXPECT_NE(message({1, 1, 64, kMaxInt - 126, 64}).find("k_len rounded up to steps of 128 keys"), std::string::npos);
+  EXPECT_EQ(message({1, 1, 64, kMaxInt - 127, 64}), "");
+  // the numerics-tile walk steps to the first key of the tile after the last
+  opt.tile_k = 1024;
+  EXPECT_NE(message({1, 1, 64, kMaxInt - 1022, 64}).find("k_len rounded up to whole key tiles (tile_k)"), std::string::npos);
+  EXPECT_EQ(message({1, 1, 64, kMaxInt - 1023, 64}), "");
 }
 
 TEST(LaunchPlan, ArgumentChecksNameTheField) {
