@@ -223,7 +223,12 @@ void execute_backward(const BackwardArgs& a, const AttentionOptions& opt, const 
   p.dq_accum = reinterpret_cast<float*>(ws);
   p.dq_semaphore = w.semaphores ? reinterpret_cast<int*>(ws + w.at_semaphores) : nullptr;
   p.delta = a.delta ? a.delta : reinterpret_cast<float*>(ws + w.at_delta);
-  check_cuda(cudaMemsetAsync(ws, 0, w.zeroed_bytes(), stream), "cudaMemsetAsync");
+  if (plan.delta == DeltaPass::from_output) {  // the δ pass clears it (the bytes up to the next 16 are padding)
+    p.zero_words = reinterpret_cast<uint4*>(ws);
+    p.zero_word_count = std::int64_t((w.zeroed_bytes() + 15) / 16);
+  } else {
+    check_cuda(cudaMemsetAsync(ws, 0, w.zeroed_bytes(), stream), "cudaMemsetAsync");
+  }
   if (plan.kv_group > 1) {
     const TensorStrides per_head = device_strides(HeadStrides::of(Layout::bhtd, s.heads, s.k_len, s.head_dim));
     p.dk = reinterpret_cast<std::uint16_t*>(ws + w.at_dk), p.dv = reinterpret_cast<std::uint16_t*>(ws + w.at_dv);

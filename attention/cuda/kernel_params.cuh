@@ -78,6 +78,11 @@ struct BackwardParams {
   int causal;
   int deterministic;
   int delta_source;  // DeltaSource
+  // The part of the workspace the main kernel needs zero (dQ accumulator, turn counters), in 16-byte
+  // words, that delta_from_output_kernel clears beside its own work (as FlashAttention-3's pre-pass
+  // clears its dQ accumulator): one pass over memory fewer than a memset before it. Null: nothing to clear.
+  uint4* zero_words;
+  std::int64_t zero_word_count;
 };
 
 // dQ workspace order of the wgmma backward: per (b, h, 64-query block; Tq padded to the block), D / 64

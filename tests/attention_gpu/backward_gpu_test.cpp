@@ -1,9 +1,11 @@
 // The `fused` backward on the GPU against docs/numerics-contract.md's bound (3 x the naive BF16 gradients' error
-// + one BF16 ulp at max|reference|), bitwise determinism of the deterministic mode, and the three
-// delta sources against the CPU's.
+// + one BF16 ulp at max|reference|), bitwise determinism of the deterministic mode, a caller's
+// workspace that holds garbage, and the three delta sources against the CPU's.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "gpu_support.hpp"
@@ -84,6 +86,68 @@ TEST(BackwardGpu, DeterministicModeIsBitwiseReproducibleOver50Runs) {
       differing_runs += !same;
     }
     EXPECT_EQ(differing_runs, 0) << to_string(n) << ": runs whose gradients differ from the first";
+  }
+}
+
+// A caller's workspace (BackwardArgs::workspace) need not be zero: the backward clears the dQ
+// accumulator and the turn counters itself (the δ pass from the output clears them beside its own
+// work, the `exact` δ path by a memset). A workspace of 0xff bytes (NaN floats; turn counters of -1,
+// which a missed clear would leave deterministic mode waiting on forever, so the suite's timeout
+// fails it) must give the gradients of a call on a fresh pool allocation: dK, dV and deterministic
+// dQ bit for bit; non-deterministic dQ (its FP32 parts added in arrival order, so its last bits vary
+// between runs) within the fused bound of the FP64 reference. Twice on the same workspace, so the
+// second call also starts from what the first left.
+TEST(BackwardGpu, WorkspaceNeedNotBeZero) {
+  SF_REQUIRE_GPU();
+  struct Case {
+    AttentionShape shape;
+    bool causal, deterministic;
+    DeltaSource delta;
+  };
+  const Case cases[] = {{{2, 3, 300, 97, 64}, true, false, DeltaSource::compensated},
+                        {{1, 2, 97, 300, 128}, true, true, DeltaSource::compensated},
+                        {{1, 2, 200, 333, 64}, false, false, DeltaSource::rounded},
+                        {{2, 2, 130, 130, 128}, true, false, DeltaSource::exact}};
+  for (const Case& c : cases) {
+    const AttentionShape& s = c.shape;
+    const std::string name = std::to_string(s.q_len) + "x" + std::to_string(s.k_len) + " D" + std::to_string(s.head_dim) +
+                             (c.causal ? " causal " : " full ") + std::string(to_string(c.delta)) + (c.deterministic ? " det" : "");
+    const Inputs in = random_inputs(s, Layout::bhtd, 8100 + s.q_len + s.head_dim);
+    AttentionOptions opt;
+    opt.causal = c.causal, opt.deterministic = c.deterministic, opt.delta_source = c.delta;
+    const Outputs fresh = run_gpu(in, opt, /*backward=*/true);
+    const Bounds bounds = fused_bounds(in, opt, /*backward=*/true);
+    opt.device = Device::cuda;
+    const auto nq = in.q.size(), nk = in.k.size(), rows = std::size_t(s.rows());
+    const bool residual = c.delta == DeltaSource::compensated;
+    GuardedBuffer<bf16> q(nq, in.q), k(nk, in.k), v(nk, in.v), d_o(nq, in.d_o), o(nq, fresh.o), r(residual ? nq : 0, fresh.residual);
+    GuardedBuffer<float> lse(rows, fresh.lse);
+    BackwardArgs ba;
+    ba.shape = s, ba.q = q.get(), ba.k = k.get(), ba.v = v.get(), ba.o = o.get(), ba.o_residual = residual ? r.get() : nullptr;
+    ba.lse = lse.get(), ba.d_o = d_o.get();
+    const std::size_t bytes = cuda::backward_workspace_bytes(ba, opt);
+    void* workspace = nullptr;
+    ASSERT_EQ(cudaMalloc(&workspace, bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemset(workspace, 0xff, bytes), cudaSuccess);
+    ba.workspace = workspace, ba.workspace_bytes = bytes;
+    for (int call = 0; call < 2; ++call) {
+      GuardedBuffer<bf16> dq(nq), dk(nk), dv(nk);
+      ba.dq = dq.get(), ba.dk = dk.get(), ba.dv = dv.get();
+      attention_backward(ba, opt);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << name;
+      EXPECT_TRUE(dq.intact(true) && dk.intact(true) && dv.intact(true)) << name << ", call " << call;
+      const std::vector<bf16> dq_h = dq.download(), dk_h = dk.download(), dv_h = dv.download();
+      EXPECT_EQ(std::memcmp(dk_h.data(), fresh.dk.data(), nk * sizeof(bf16)), 0) << name << ", call " << call << ": dk";
+      EXPECT_EQ(std::memcmp(dv_h.data(), fresh.dv.data(), nk * sizeof(bf16)), 0) << name << ", call " << call << ": dv";
+      if (c.deterministic) {
+        EXPECT_EQ(std::memcmp(dq_h.data(), fresh.dq.data(), nq * sizeof(bf16)), 0) << name << ", call " << call << ": dq";
+      } else {
+        std::int64_t nonfinite = 0;
+        EXPECT_LE(max_err(dq_h, bounds.ref_dq, &nonfinite), bounds.dq) << name << ", call " << call << ": dq";
+        EXPECT_EQ(nonfinite, 0) << name << ", call " << call << ": dq";
+      }
+    }
+    cudaFree(workspace);
   }
 }
 

@@ -1,5 +1,6 @@
 // `kernel_lab --backward-parts`: the backward's memory-bound kernels around the main one (the delta
-// pass from the output, the dQ conversion) and the dQ workspace's memset, each timed alone, the
+// pass from the output, alone and clearing the dQ workspace as production runs it, the dQ
+// conversion) and the dQ workspace's memset it replaced, each timed alone, the
 // earlier kernels (lab/backward_small_v1.cuh) against production's (backward_delta.cuh) in one run,
 // and their outputs compared bit for bit on the same inputs, in the layouts that reach them:
 // [B, H, T, D], [B, T, H, D], GPT-2's (o and dO [B, T, H, D], dq a view of [B, T, 3, H, D]) and dq
@@ -232,6 +233,16 @@ int run_case(const Shape& s, const Case& c, DeviceBuffer<char>& flush, int repea
     const double bytes = (src == DeltaSource::compensated ? 3 : 2) * bf16_tensor + delta_bytes;
     print_row(src == DeltaSource::compensated ? "delta compensated" : "delta rounded", bytes, t_old, t_new,
               delta_same ? "same bits" : "DIFFERENT");
+  }
+  {  // production's δ pass also clears the dQ workspace (what execute_backward runs instead of the memset below)
+    BackwardParams z = p;
+    z.delta_source = static_cast<int>(DeltaSource::compensated);
+    z.zero_words = reinterpret_cast<uint4*>(acc.ptr), z.zero_word_count = std::int64_t(acc.bytes() / 16);
+    const Timing t = time_launches([&] { new_delta.template operator()<false>(z); }, flush, repeats);
+    const double bytes = 3 * bf16_tensor + delta_bytes + double(acc.bytes());
+    std::printf("  %-26s %8.1f MB | %7.2f us %5.2f TB/s (back-to-back %7.2f us %5.2f)\n", "delta comp. + clearing dQ", bytes / 1e6,
+                t.flushed_us, bytes / (t.flushed_us * 1e-6) / 1e12, t.streamed_us, bytes / (t.streamed_us * 1e-6) / 1e12);
+    fill(acc, 4, Fill::fp32_values);  // the conversion below reads it
   }
   const Timing c_old = time_launches([&] { old_convert.template operator()<false>(p); }, flush, repeats);
   const Timing c_new = time_launches([&] { new_convert.template operator()<false>(p); }, flush, repeats);
