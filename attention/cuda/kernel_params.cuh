@@ -80,7 +80,8 @@ struct BackwardParams {
   int delta_source;  // DeltaSource
   // The part of the workspace the main kernel needs zero (dQ accumulator, turn counters), in 16-byte
   // words, that delta_from_output_kernel clears beside its own work (as FlashAttention-3's pre-pass
-  // clears its dQ accumulator): one pass over memory fewer than a memset before it. Null: nothing to clear.
+  // clears its dQ accumulator): the same bytes as a memset before it, but their stores overlap the
+  // pass's loads and a launch goes. Null: nothing to clear.
   uint4* zero_words;
   std::int64_t zero_word_count;
 };
