@@ -118,6 +118,15 @@ BackwardParams backward_params(const BackwardArgs& a, const AttentionOptions& op
   return p;
 }
 
+// The bulk-tensor-copy maps of q, dO, k, v: the wgmma backward's and the exact delta pass's.
+void set_tensor_maps(BackwardParams& p, const BackwardArgs& a) {
+  const AttentionShape& s = a.shape;
+  p.tma_q = tensor_map("q", a.q, s, s.heads, s.q_len, p.q_strides);
+  p.tma_do = tensor_map("do", a.d_o, s, s.heads, s.q_len, p.d_o_strides);
+  p.tma_k = tensor_map("k", a.k, s, s.resolved_kv_heads(), s.k_len, p.k_strides);
+  p.tma_v = tensor_map("v", a.v, s, s.resolved_kv_heads(), s.k_len, p.v_strides);
+}
+
 }  // namespace
 
 bool built() { return true; }
@@ -209,10 +218,7 @@ void execute_backward(const BackwardArgs& a, const AttentionOptions& opt, const 
   const AttentionShape& s = a.shape;
   const cudaStream_t stream = stream_of(opt);
   BackwardParams p = backward_params(a, opt);
-  p.tma_q = tensor_map("q", a.q, s, s.heads, s.q_len, p.q_strides);
-  p.tma_do = tensor_map("do", a.d_o, s, s.heads, s.q_len, p.d_o_strides);
-  p.tma_k = tensor_map("k", a.k, s, s.resolved_kv_heads(), s.k_len, p.k_strides);
-  p.tma_v = tensor_map("v", a.v, s, s.resolved_kv_heads(), s.k_len, p.v_strides);
+  set_tensor_maps(p, a);
   const BackwardWorkspace& w = plan.workspace;
   if (a.workspace && a.workspace_bytes < w.total)
     throw std::invalid_argument("attention_backward: the workspace holds " + std::to_string(a.workspace_bytes) + " bytes, this call needs " +
@@ -260,6 +266,7 @@ void delta(const BackwardArgs& a, const AttentionOptions& opt, float* delta_out)
   const BackwardPlan plan = plan_backward(a, opt, /*with_gradients=*/false);
   BackwardParams p = backward_params(a, opt);
   p.delta = delta_out;
+  if (plan.delta == DeltaPass::exact) set_tensor_maps(p, a);  // the exact pass reads q, dO, k, v by bulk copies
   with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_delta<D, kPaper>(p, plan.delta, stream_of(opt)); });
 }
 

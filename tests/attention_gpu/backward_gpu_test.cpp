@@ -60,6 +60,7 @@ std::vector<BwdCase> backward_cases() {
   out.push_back({2, 3, 97, 300, 64, true, bthd, DeltaSource::compensated, false, 1.0});
   out.push_back({2, 3, 300, 97, 128, true, bhtd, DeltaSource::exact, false, 1.0});
   out.push_back({1, 2, 200, 333, 64, false, bhtd, DeltaSource::exact, true, 1.0});
+  out.push_back({2, 3, 200, 77, 64, true, bthd, DeltaSource::exact, false, 1.0});  // Tq > Tk: rows without keys
   out.push_back({1, 2, 513, 513, 128, false, bthd, DeltaSource::compensated, true, 1.0});
   out.push_back({1, 2, 300, 300, 64, true, bhtd, rounded, false, 5.0});
   out.push_back({1, 2, 300, 300, 128, true, bhtd, DeltaSource::compensated, false, 3000.0});
@@ -187,6 +188,37 @@ TEST(BackwardGpu, DeltaSourcesMatchTheCpu) {
               << to_string(n) << " " << to_string(src) << " row " << row;
         }
     }
+}
+
+// attention_delta alone on the GPU (its own launch of the delta pass, with the tensor maps the exact
+// pass reads) writes the same bits as the backward's delta on the same forward outputs, for every
+// source and numerics; Tq != Tk causal in both directions, [B, T, H, D] tensors.
+TEST(BackwardGpu, DeltaAloneEqualsTheBackwardsDeltaBitForBit) {
+  SF_REQUIRE_GPU();
+  for (const AttentionShape& s : {AttentionShape{1, 3, 200, 77, 64}, AttentionShape{2, 2, 97, 300, 128}})
+    for (Numerics n : {Numerics::fused, Numerics::paper})
+      for (DeltaSource src : {DeltaSource::rounded, DeltaSource::compensated, DeltaSource::exact}) {
+        SCOPED_TRACE("D " + std::to_string(s.head_dim) + " Tq " + std::to_string(s.q_len) + " " + std::string(to_string(n)) +
+                     " " + std::string(to_string(src)));
+        const Inputs in = random_inputs(s, Layout::bthd, 310 + s.q_len);
+        AttentionOptions opt;
+        opt.numerics = n, opt.delta_source = src, opt.causal = true;
+        const Outputs g = run_gpu(in, opt, /*backward=*/true);
+        const bool residual = src == DeltaSource::compensated;
+        GuardedBuffer<bf16> q(in.q.size(), in.q), k(in.k.size(), in.k), v(in.v.size(), in.v), d_o(in.d_o.size(), in.d_o);
+        GuardedBuffer<bf16> o(g.o.size(), g.o), r(g.residual.size(), g.residual);
+        GuardedBuffer<float> lse(g.lse.size(), g.lse), delta(g.delta.size());
+        BackwardArgs ba;
+        ba.shape = s, ba.layout = in.layout, ba.q = q.get(), ba.k = k.get(), ba.v = v.get(), ba.o = o.get();
+        ba.o_residual = residual ? r.get() : nullptr, ba.lse = lse.get(), ba.d_o = d_o.get();
+        opt.device = Device::cuda;
+        attention_delta(ba, opt, delta.get());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_TRUE(delta.intact(true)) << "delta";
+        const std::vector<float> alone = delta.download();
+        ASSERT_EQ(alone.size(), g.delta.size());
+        EXPECT_EQ(std::memcmp(alone.data(), g.delta.data(), alone.size() * sizeof(float)), 0);
+      }
 }
 
 }  // namespace

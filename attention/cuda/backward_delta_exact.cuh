@@ -1,0 +1,187 @@
+// The backward's `exact` delta (docs/numerics-contract.md `delta_source`): delta_i = FP32-rowsum
+// (dP_ij P_ij) over the keys row i sees, with dP = dO V^T and P = exp(S - lse), S = Q K^T: one
+// pass over the keys of its own, no O involved. For sm_90a, on the forward's primitives
+// (forward_wgmma_kernel.cuh): a warpgroup owns 64 query rows of one (b, h), 16 per warp (the m64
+// of a wgmma). A CTA is kDeltaExactWarpgroups of them on consecutive row blocks, sharing the K and
+// V tiles: 1 (by default) lets 2 (D = 128) or 4 (D = 64) CTAs share an SM and overlap each other's
+// products and arithmetic; 2 halves the K/V traffic from L2 at the same threads per SM. Q and dO
+// arrive once by bulk tensor copies (TMA), K and V in tiles of 64 keys double buffered, thread 0
+// issuing every copy. Per warpgroup and key tile
+//   S = Q K^T, dP = dO V^T            wgmma m64n64, both operands K-major from SW128 shared memory
+//                                     (the forward's S), committed as two groups: P is formed while
+//                                     dP is still on the tensor cores
+//   part += P dP                      per element, in accumulator order (the mma.sync m16n8
+//                                     layout per warp: rows g, g + 8, keys 8 nj + 2t + {0, 1})
+// and at the end the quad's four parts are added (quad_sum). The elementwise expressions are the
+// main backward kernel's (backward_common.cuh probs_and_dscores): fused::prob_fast(fused::score)
+// or paper::prob(paper::score) times dP (paper: paper::dprob(dP)); keys a row does not see (past
+// Tk, past the causal diagonal) get S = -inf, so P = 0. Rows past Tq read zeros (the copy engine
+// fills them) and are not stored.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernel_params.cuh"
+#include "stableflash/attention/rounding_points.hpp"
+#include "tma.cuh"
+#include "warp_mma.cuh"
+#include "wgmma.cuh"
+
+namespace stableflash::attention::cuda {
+
+// Warpgroups per CTA of the exact delta pass (see above); a build option for comparing the two.
+#ifndef SF_DELTA_EXACT_WARPGROUPS
+#define SF_DELTA_EXACT_WARPGROUPS 1
+#endif
+inline constexpr int kDeltaExactWarpgroups = SF_DELTA_EXACT_WARPGROUPS;
+static_assert(kDeltaExactWarpgroups == 1 || kDeltaExactWarpgroups == 2, "one or two warpgroups per CTA");
+
+// Shared memory of delta_exact_kernel: [64, D] tiles in the SW128 layout (wgmma.cuh), Q and dO one
+// per warpgroup; barriers: Q and dO arrived; K/V slot 0, 1 arrived (full); every warp is done
+// with slot 0, 1 (free).
+template <int D, int W>
+struct DeltaExactStorage {
+  static constexpr int kTile = 64 * D * 2;
+  std::uint16_t q[W][64 * D];
+  std::uint16_t d_o[W][64 * D];
+  std::uint16_t k[2][64 * D];  // double buffered
+  std::uint16_t v[2][64 * D];
+  std::uint64_t barriers[5];
+  static_assert(kTile % 1024 == 0, "SW128 atoms are 1024-byte aligned");
+};
+
+// A [64, D] tile of rows row0.. of head (h, b) in 64 x 64 boxes (column block x at x * 8 KiB),
+// completing on `bar`; rows past the tensor's end arrive as zeros (and count as bytes).
+template <int D>
+__device__ __forceinline__ void load_rows(const CUtensorMap* map, std::uint32_t dst, int row0, int h, int b, std::uint32_t bar) {
+#pragma unroll
+  for (int x = 0; x < D / 64; ++x) tma_load_4d(dst + x * WgmmaTile<64, D>::kBlockBytes, map, 64 * x, row0, h, b, bar);
+}
+
+// C = A B^T for the warpgroup's 64 rows and 64 keys (S = Q K^T, dP = dO V^T); both [64, D]
+// K-major, step kk is 32 bytes into a 64-column block. Issued, not waited for.
+template <int D>
+__device__ __forceinline__ void issue_row_products(float (&c)[8][4], std::uint32_t s_a, std::uint32_t s_b) {
+  const Sw128Desc a(s_a, 16, 1024), bt(s_b, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const std::uint32_t off = (kk / 4) * WgmmaTile<64, D>::kBlockBytes + (kk % 4) * 32;
+    wgmma_ss<64>(c, a.at(off), bt.at(off), kk > 0);
+  }
+}
+
+// Grid (ceil(Tq / (64 W)), H, B), 128 W threads.
+template <int D, bool kPaper, int W>
+__global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_constant__ BackwardParams p) {
+  constexpr int BQ = 64, BK = 64, NT = BK / 8;
+  using Storage = DeltaExactStorage<D, W>;
+  constexpr int kTile = Storage::kTile;
+  static_assert(offsetof(Storage, k) % 1024 == 0 && offsetof(Storage, v) % 1024 == 0, "SW128 atoms are 1024-byte aligned");
+  extern __shared__ __align__(1024) unsigned char smem[];
+  auto& shared = *reinterpret_cast<Storage*>(smem);
+  const std::uint32_t s_q = smem_u32(shared.q), s_do = smem_u32(shared.d_o), s_k0 = smem_u32(shared.k), s_v0 = smem_u32(shared.v);
+  const std::uint32_t bar_qdo = smem_u32(shared.barriers);
+  auto bar_full = [&](int slot) { return bar_qdo + 8 * (1 + slot); };
+  auto bar_free = [&](int slot) { return bar_qdo + 8 * (3 + slot); };
+
+  // The warpgroup index broadcast from lane 0: warp-uniform to the compiler, so the addresses
+  // derived from it (wgmma descriptors) stay in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
+  // Causal rows late in the sequence see the most keys: their blocks start first (as the forward's).
+  const bool causal = p.causal != 0;
+  const int b = blockIdx.z, h = blockIdx.y, m_cta = (causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * (W * BQ);
+  const int m0 = m_cta + wg * BQ;  // this warpgroup's rows
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const std::uint32_t s_q_wg = s_q + wg * kTile, s_do_wg = s_do + wg * kTile;
+  const std::int64_t row_base = (std::int64_t(b) * p.heads + h) * p.q_len;
+  const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
+
+  int last[2];
+  float lse[2], part[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = m0 + warp * 16 + g + 8 * hf;
+    last[hf] = i < p.q_len ? last_key(i, p.q_len, p.k_len, causal) : -1;
+    lse[hf] = i < p.q_len ? p.lse[row_base + i] : __builtin_huge_valf();
+  }
+  // keys up to the CTA's last row's last visible one (none for causal rows before the first key:
+  // Tq > Tk); with two warpgroups the first one's last tile may be masked whole for it
+  const int cta_last_row = m_cta + min(W * BQ, p.q_len - m_cta) - 1;  // no m_cta + 128 overflow
+  const int n_keys = max(0, last_key(cta_last_row, p.q_len, p.k_len, causal) + 1);
+  const int min_last = last_key(m0, p.q_len, p.k_len, causal);
+  const int n_steps = (n_keys + BK - 1) / BK;
+
+  // K and V of step s into slot s % 2 (its free barrier passed, or never used yet)
+  auto issue_kv = [&](int s) {
+    const int slot = s & 1;
+    mbar_arrive_expect_tx(bar_full(slot), 2 * kTile);
+    load_rows<D>(&p.tma_k, s_k0 + slot * kTile, s * BK, kv_h, b, bar_full(slot));
+    load_rows<D>(&p.tma_v, s_v0 + slot * kTile, s * BK, kv_h, b, bar_full(slot));
+  };
+  if (threadIdx.x == 0) {
+    mbar_init(bar_qdo, 1);
+    for (int slot = 0; slot < 2; ++slot) mbar_init(bar_full(slot), 1), mbar_init(bar_free(slot), 4 * W);
+    mbar_fence_init();
+    if (n_steps > 0) {  // no copy may still be in flight when the CTA exits
+      mbar_arrive_expect_tx(bar_qdo, 2 * W * kTile);
+#pragma unroll
+      for (int w = 0; w < W; ++w) {  // rows wholly past Tq arrive as zeros (and are not stored)
+        load_rows<D>(&p.tma_q, s_q + w * kTile, m_cta + w * BQ, h, b, bar_qdo);
+        load_rows<D>(&p.tma_do, s_do + w * kTile, m_cta + w * BQ, h, b, bar_qdo);
+      }
+      issue_kv(0);
+      if (n_steps > 1) issue_kv(1);
+    }
+  }
+  __syncthreads();  // the barriers are initialized
+  if (n_steps > 0) mbar_wait(bar_qdo, 0);
+
+  for (int s = 0; s < n_steps; ++s) {
+    const int slot = s & 1;
+    const std::uint32_t parity = (s >> 1) & 1;
+    mbar_wait(bar_full(slot), parity);
+    float sc[NT][4], dp[NT][4];  // [64 rows, 64 keys]: this thread's rows 16 warp + g (+ 8), keys 8 nj + 2t (+ 1)
+    wgmma_fence();
+    issue_row_products<D>(sc, s_q_wg, s_k0 + slot * kTile);
+    wgmma_commit();
+    issue_row_products<D>(dp, s_do_wg, s_v0 + slot * kTile);
+    wgmma_commit();
+    wgmma_wait<1>();  // S has landed; dP may still run
+    fence_registers(sc);
+    if (s * BK + BK - 1 > min_last) {  // keys a row does not see: S = -inf, so P = 0 (one branch per tile)
+#pragma unroll
+      for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (s * BK + nj * 8 + 2 * t + (e & 1) > last[e / 2]) sc[nj][e] = -__builtin_huge_valf();
+    }
+#pragma unroll
+    for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        sc[nj][e] = kPaper ? paper::prob(paper::score(sc[nj][e], p.scale), lse[e / 2])
+                           : fused::prob_fast(fused::score(sc[nj][e], p.scale), lse[e / 2]);
+    wgmma_wait<0>();  // dP has landed: this thread's products no longer read the slot
+    fence_registers(dp);
+    if (lane == 0) mbar_arrive(bar_free(slot));  // this warp no longer reads the slot
+#pragma unroll
+    for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) part[e / 2] += sc[nj][e] * (kPaper ? paper::dprob(dp[nj][e]) : dp[nj][e]);
+    // The slot's refill, once every warp's products are done with it (they arrive at about the
+    // same time: each warpgroup's products are one instruction stream).
+    if (threadIdx.x == 0 && s + 2 < n_steps) {
+      mbar_wait(bar_free(slot), parity);
+      issue_kv(s + 2);
+    }
+  }
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const float sum = quad_sum(part[hf]);
+    const int i = m0 + warp * 16 + g + 8 * hf;
+    if (t == 0 && i < p.q_len) p.delta[row_base + i] = sum;
+  }
+}
+
+}  // namespace stableflash::attention::cuda
