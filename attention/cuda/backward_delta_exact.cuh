@@ -2,9 +2,9 @@
 // (dP_ij P_ij) over the keys row i sees, with dP = dO V^T and P = exp(S - lse), S = Q K^T: one
 // pass over the keys of its own, no O involved. For sm_90a, on the forward's primitives
 // (forward_wgmma_kernel.cuh): a warpgroup owns 64 query rows of one (b, h), 16 per warp (the m64
-// of a wgmma). A CTA is kDeltaExactWarpgroups of them on consecutive row blocks, sharing the K and
-// V tiles: 1 (by default) lets 2 (D = 128) or 4 (D = 64) CTAs share an SM and overlap each other's
-// products and arithmetic; 2 halves the K/V traffic from L2 at the same threads per SM. Q and dO
+// of a wgmma). A CTA is kDeltaExactWarpgroups<D> of them on consecutive row blocks, sharing the K
+// and V tiles: one at D = 64 (four CTAs share an SM and overlap each other's products and
+// arithmetic), two at D = 128 (half the K/V traffic from L2 at the same threads per SM). Q and dO
 // arrive once by bulk tensor copies (TMA), K and V in tiles of 64 keys double buffered, thread 0
 // issuing every copy. Per warpgroup and key tile
 //   S = Q K^T, dP = dO V^T            wgmma m64n64, both operands K-major from SW128 shared memory
@@ -30,12 +30,12 @@
 
 namespace stableflash::attention::cuda {
 
-// Warpgroups per CTA of the exact delta pass (see above); a build option for comparing the two.
-#ifndef SF_DELTA_EXACT_WARPGROUPS
-#define SF_DELTA_EXACT_WARPGROUPS 1
-#endif
-inline constexpr int kDeltaExactWarpgroups = SF_DELTA_EXACT_WARPGROUPS;
-static_assert(kDeltaExactWarpgroups == 1 || kDeltaExactWarpgroups == 2, "one or two warpgroups per CTA");
+// Warpgroups per CTA of the exact delta pass, per head dim, from one H200 run of both at each
+// (docs/benchmarks.md, 2026-12-01): the exact backward at D = 128 took 4.26-4.41 ms with two
+// against 4.53-4.75 with one (8,16,4096,128 causal) and 15.5 against 16.6-16.7 ms (2,16,16384,128
+// causal); at D = 64 0.348-0.349 ms with one against 0.353-0.356 with two (16,12,1024,64 causal).
+template <int D>
+inline constexpr int kDeltaExactWarpgroups = D == 128 ? 2 : 1;
 
 // Shared memory of delta_exact_kernel: [64, D] tiles in the SW128 layout (wgmma.cuh), Q and dO one
 // per warpgroup; barriers: Q and dO arrived; K/V slot 0, 1 arrived (full); every warp is done
