@@ -150,20 +150,24 @@ TEST(LaunchPlan, BackwardDeltaPassAndWorkspace) {
   EXPECT_EQ(plan_backward(g, AttentionOptions{}, /*with_gradients=*/false).workspace.total, 0u);
 }
 
+// check_tensors' message for these arguments, or "" where it accepts them.
+template <class Args>
+std::string refusal(const Args& args, const AttentionOptions& opt) {
+  try {
+    check_tensors(args, opt);
+    return "";
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+}
+
 // The ranges the backward's kernels index in 32 bits and the exact delta pass's grid; each shape
 // crosses exactly one of them by one, beside a shape one below it (check_backward_index_ranges in
 // plan.cpp).
 TEST(LaunchPlan, BackwardIndexRangesAreCheckedOnce) {
   AttentionOptions opt;
   opt.device = Device::cuda;
-  const auto message = [&](const AttentionShape& s) -> std::string {
-    try {
-      check_tensors(backward_args(s), opt);
-      return "";
-    } catch (const std::invalid_argument& e) {
-      return e.what();
-    }
-  };
+  const auto message = [&](const AttentionShape& s) { return refusal(backward_args(s), opt); };
   const int kMaxInt = 2147483647;
   // heads * q_len = 2^31 (the delta pass's rows of a batch element)
   EXPECT_NE(message({1, 2, 1 << 30, 64, 64}).find("heads * q_len"), std::string::npos);
@@ -209,14 +213,7 @@ TEST(LaunchPlan, BackwardIndexRangesAreCheckedOnce) {
 TEST(LaunchPlan, ForwardIndexRangesAreCheckedOnce) {
   AttentionOptions opt;
   opt.device = Device::cuda;
-  const auto message = [&](const AttentionShape& s) -> std::string {
-    try {
-      check_tensors(forward_args(s), opt);
-      return "";
-    } catch (const std::invalid_argument& e) {
-      return e.what();
-    }
-  };
+  const auto message = [&](const AttentionShape& s) { return refusal(forward_args(s), opt); };
   const int kMaxInt = 2147483647;
   EXPECT_NE(message({1, 65536, 64, 64, 64}).find("heads (the grid's y) must be at most 65535"), std::string::npos);
   EXPECT_EQ(message({1, 65535, 64, 64, 64}), "");
