@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   const bool causal = p.causal != 0;
   int kb, pair;
-  BackwardCtaOrder(p.k_len / BK + (p.k_len % BK != 0), p.batch * p.heads, causal).decode(blockIdx.x, kb, pair);  // no k_len + BK overflow
+  BackwardCtaOrder(blocks_of(p.k_len, BK), p.batch * p.heads, causal).decode(blockIdx.x, kb, pair);
   const int b = pair / p.heads, h = pair % p.heads, k0 = kb * BK;
   const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
   // The warpgroup index broadcast from lane 0: the compiler then knows it is warp-uniform and keeps
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int group_k0 = k0 + wg * GK;  // this warpgroup's first key
   const std::int64_t row_base = (std::int64_t(b) * p.heads + h) * p.q_len;
   const int first_query = causal ? max(0, k0 - (p.k_len - p.q_len)) : 0;
-  const int qb_begin = first_query / BQ, qb_end = (p.q_len + BQ - 1) / BQ;
+  const int qb_begin = first_query / BQ, qb_end = DqFragmentOrder::blocks(p.q_len);  // BQ: its kBlockQ
   constexpr int kDsBarrier = 1;  // both groups' dS^T tiles stored (named barrier, whole CTA)
   const int dq_bar_id = 2 + wg;  // a group's dQ tile stored
 

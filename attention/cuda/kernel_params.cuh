@@ -86,6 +86,10 @@ struct BackwardParams {
   std::int64_t zero_word_count;
 };
 
+// ceil(len / block) for len >= 0, without the len + block - 1 that overflows an int near 2^31: the
+// grids' and walks' block counts (check_tensors bounds the results).
+__host__ __device__ constexpr int blocks_of(int len, int block) { return len / block + (len % block != 0); }
+
 // dQ workspace order of the wgmma backward: per (b, h, 64-query block; Tq padded to the block), D / 64
 // tiles of [64 queries, 64 dims], each in accumulator-fragment order [8 dim groups j][128 threads][4]:
 // element (j, thread, e) is query 16 warp + g + 8 (e / 2), dim 64 tile + 8 j + 2 t + (e % 2)
@@ -94,7 +98,7 @@ struct BackwardParams {
 struct DqFragmentOrder {
   static constexpr int kBlockQ = 64;
   static constexpr int kTileFloats = kBlockQ * 64;
-  __host__ __device__ static int blocks(int q_len) { return q_len / kBlockQ + (q_len % kBlockQ != 0); }  // no q_len + 63 overflow
+  __host__ __device__ static int blocks(int q_len) { return blocks_of(q_len, kBlockQ); }
 };
 
 // Bottom-right aligned causal visibility: query i sees keys j <= i + (Tk - Tq). Tk - Tq first: i +
