@@ -83,7 +83,7 @@ if [ $quick = 1 ]; then
   part "op tests, quick (opcheck small, values on the 4 benchmark shapes, strides)" op-tests "passed, .* failed" 120 \
     python3 tests/python_gpu/test_op.py --quick
   part "torch.compile (fullgraph, static shapes)" compile "passed, .* failed" 90 python3 tests/python_gpu/test_compile.py --quick
-  part "op cost over the C++ entry point (GPT-2 shape)" bench "largest op" 45 \
+  part "op cost over the C++ entry point (GPT-2 shape)" bench "largest op" 90 \
     python3 tests/python_gpu/bench_op.py --quick --json "$OUT/python-bench.jsonl"
   part "nanoGPT-style training, op vs SDPA (quick: 2 layers, 200 steps; 2 controls)" train "reaches SDPA" 90 \
     python3 python/examples/train_gpt.py --quick

@@ -159,9 +159,9 @@ for _name, _kernel, _fake in (("attention_forward", _forward_kernel, _forward_fa
 # and the tracing modes under torch.compile.
 #
 # In plain eager mode (_plain) stableflash.torch.attention skips the dispatcher: forward() applies
-# _Attention itself, whose forward calls the kernel directly, and the backward calls the backward
-# kernel directly too; the dispatcher's round trip into Python and back costs 10 to 20 µs a call on
-# the CPU (issue 14). Wherever anything could intercept the op (torch.compile, a tensor subclass
+# _PlainAttention, whose forward calls the kernel directly and returns o alone, and the backward
+# calls the backward kernel directly too; the dispatcher's round trip into Python and back costs 10
+# to 20 µs a call on the CPU (issue 14). Wherever anything could intercept the op (torch.compile, a tensor subclass
 # such as FakeTensor or DTensor, a TorchDispatchMode or TorchFunctionMode, functorch's transforms,
 # the profiler, the JIT tracer, create_graph), calls go through the dispatcher as before.
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
@@ -193,12 +193,9 @@ def _plain(*xs):
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, keyset, q, k, v, causal, scale, options):
-        # keyset: the op's dispatch keys, from its Autograd kernel; None: plain eager, from forward()
-        if keyset is None:
-            o, lse, res = _forward_kernel(q, k, v, causal, scale, options)
-        else:
-            with _below_autograd():
-                o, lse, res = _FORWARD.redispatch(keyset & _AFTER_AUTOGRAD, q, k, v, causal, scale, options)
+        # keyset: the op's dispatch keys, from its Autograd kernel
+        with _below_autograd():
+            o, lse, res = _FORWARD.redispatch(keyset & _AFTER_AUTOGRAD, q, k, v, causal, scale, options)
         ctx.save_for_backward(q, k, v, o, lse, res)
         ctx.causal, ctx.scale, ctx.options = causal, scale, options
         # lse and o_residual are saved state, not results a caller differentiates (the public
@@ -219,13 +216,37 @@ class _Attention(torch.autograd.Function):
         return None, dq, dk, dv, None, None, None
 
 
+class _PlainAttention(torch.autograd.Function):
+    """_Attention for plain eager mode (forward() below), lighter on the host: o is its only output
+    and lse, o_residual are saved as intermediates (neither inputs nor outputs; this function is
+    differentiable once, see _NoDoubleBackward), so autograd wraps, marks and routes gradients for
+    one output instead of three."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, options):
+        o, lse, res = _forward_kernel(q, k, v, causal, scale, options)
+        ctx.save_for_backward(q, k, v, o, lse, res)
+        ctx.args = (causal, scale, options)
+        ctx.set_materialize_grads(False)
+        return o
+
+    @staticmethod
+    def backward(ctx, d_o):
+        if d_o is None:  # no gradient reached o (none materialised)
+            return None, None, None, None, None, None
+        q, k, v, o, lse, res = ctx.saved_tensors
+        args = (d_o, q, k, v, o, lse, res, *ctx.args)
+        dq, dk, dv = _backward_kernel(*args) if not torch.is_grad_enabled() and _plain(d_o, q, k, v) else _BACKWARD(*args)
+        return dq, dk, dv, None, None, None
+
+
 def forward(q, k, v, causal, scale, options):
     """o of stableflash::attention_forward(q, k, v, causal, scale, options), differentiable in q, k, v:
     in plain eager mode without the dispatcher (_plain), else through it."""
     if not _plain(q, k, v):
         return _FORWARD(q, k, v, causal, scale, options)[0]
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _Attention.apply(None, q, k, v, causal, scale, options)[0]
+        return _PlainAttention.apply(q, k, v, causal, scale, options)
     return _forward_kernel(q, k, v, causal, scale, options)[0]
 
 
