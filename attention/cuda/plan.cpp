@@ -184,9 +184,13 @@ ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt) {
   plan.count_events = a.ties != nullptr || a.head_ties != nullptr;
   plan.walk = takes_fast_path(opt.numerics, opt.policy, plan.count_events) ? ForwardWalk::pipelined : ForwardWalk::units;
   // Warp-specialized at D = 128 only: at D = 64 the one-warpgroup kernel (4 CTAs per SM) measured
-  // faster than 2 or 3 consumers (docs/benchmarks.md).
-  plan.kernel = plan.walk == ForwardWalk::pipelined && plan.head_dim == 128 ? ForwardKernel::warp_specialized
-                                                                              : ForwardKernel::one_warpgroup;
+  // faster than 2 or 3 consumers; and only past kOneWarpgroupMaxKeys keys: with one or two key
+  // steps there is nothing to pipeline, and two 64-row CTAs per SM beat one 128-row CTA there
+  // (docs/benchmarks.md).
+  constexpr int kOneWarpgroupMaxKeys = 128;
+  plan.kernel = plan.walk == ForwardWalk::pipelined && plan.head_dim == 128 && a.shape.k_len > kOneWarpgroupMaxKeys
+                    ? ForwardKernel::warp_specialized
+                    : ForwardKernel::one_warpgroup;
   // the epilogue's bulk stores need 16-byte aligned output rows; others are stored element-wise
   plan.store_by_tma = rows_aligned(a.o, a.o_strides(), 16) && (!a.o_residual || rows_aligned(a.o_residual, a.o_strides(), 16));
   return plan;

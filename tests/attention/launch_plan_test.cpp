@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "plan.hpp"
 #include "stableflash/attention/attention.hpp"
@@ -71,6 +72,22 @@ TEST(LaunchPlan, ForwardKernelAndWalkPerShapeAndOptions) {
     EXPECT_EQ(plan.count_events, c.count_events) << what;
     EXPECT_TRUE(plan.tensor_maps) << what;
     EXPECT_TRUE(plan.store_by_tma) << what;
+  }
+}
+
+TEST(LaunchPlan, ShortKeyRangesTakeTheOneWarpgroupForwardAtHeadDim128) {
+  // up to 128 keys the fast path runs one 64-row warpgroup per CTA (two CTAs per SM), past them the
+  // warp-specialized kernel
+  AttentionOptions opt;
+  opt.device = Device::cuda, opt.numerics = Numerics::fused, opt.policy = ShiftPolicy::standard;
+  for (const bool causal : {false, true}) {
+    opt.causal = causal;
+    for (const auto& [k_len, kernel] : {std::pair{1, ForwardKernel::one_warpgroup}, std::pair{128, ForwardKernel::one_warpgroup},
+                                        std::pair{129, ForwardKernel::warp_specialized}}) {
+      const ForwardPlan plan = plan_forward(forward_args({32, 16, 128, k_len, 128}), opt);
+      EXPECT_EQ(plan.kernel, kernel) << "k_len " << k_len << (causal ? " causal" : " full");
+      EXPECT_EQ(plan.walk, ForwardWalk::pipelined) << "k_len " << k_len;
+    }
   }
 }
 
