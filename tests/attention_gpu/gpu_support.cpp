@@ -143,6 +143,24 @@ Outputs run_gpu(const Inputs& in, const AttentionOptions& options, bool backward
   return out;
 }
 
+BackwardInputsOnDevice::BackwardInputsOnDevice(const Inputs& in, const Outputs& forward)
+    : shape(in.shape),
+      layout(in.layout),
+      q(in.q.size(), in.q),
+      k(in.k.size(), in.k),
+      v(in.v.size(), in.v),
+      d_o(in.d_o.size(), in.d_o),
+      o(forward.o.size(), forward.o),
+      residual(forward.residual.size(), forward.residual),
+      lse(forward.lse.size(), forward.lse) {}
+
+BackwardArgs BackwardInputsOnDevice::args() const {
+  BackwardArgs ba;
+  ba.shape = shape, ba.layout = layout, ba.q = q.get(), ba.k = k.get(), ba.v = v.get(), ba.o = o.get();
+  ba.o_residual = residual.size() ? residual.get() : nullptr, ba.lse = lse.get(), ba.d_o = d_o.get();
+  return ba;
+}
+
 Outputs run_cpu(const Inputs& in, const AttentionOptions& options, bool backward) {
   AttentionOptions opt = options;
   opt.device = Device::cpu;

@@ -33,6 +33,7 @@ class GuardedBuffer {
   GuardedBuffer& operator=(const GuardedBuffer&) = delete;
 
   T* get() const { return base_ + kGuard; }
+  std::size_t size() const { return n_; }
   std::vector<T> download() const;
   // Guards intact; with `fully_written`, no interior element still equal to the poison.
   ::testing::AssertionResult intact(bool fully_written) const;
@@ -62,6 +63,17 @@ struct Outputs {
 // GPU forward (+ backward when `backward`) on guarded device buffers; every guard checked with
 // EXPECT (a failure names the tensor).
 Outputs run_gpu(const Inputs& in, const AttentionOptions& opt, bool backward, bool count_ties = false);
+// A backward's inputs on the device, for tests that call attention_backward or attention_delta
+// themselves: q, k, v, dO from `in`; o, lse and (when the forward wrote one) the residual from a
+// forward's outputs. args() points a BackwardArgs at them (shape, layout; gradients left to the test).
+struct BackwardInputsOnDevice {
+  BackwardInputsOnDevice(const Inputs& in, const Outputs& forward);
+  BackwardArgs args() const;
+  AttentionShape shape;
+  Layout layout;
+  GuardedBuffer<bf16> q, k, v, d_o, o, residual;
+  GuardedBuffer<float> lse;
+};
 // The CPU oracle in the same mode.
 Outputs run_cpu(const Inputs& in, const AttentionOptions& opt, bool backward);
 

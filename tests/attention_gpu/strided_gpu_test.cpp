@@ -190,12 +190,11 @@ TEST(StridedGpu, GradientRowsWithout16ByteAlignmentGetTheSameBits) {
     const std::int64_t P = d + 4, offset = 4;  // [B, H, Tq, D + 4] from element 4: 8-byte aligned rows
     const HeadStrides qs{std::int64_t(s.heads) * s.q_len * P, std::int64_t(s.q_len) * P, P};
     const std::size_t nq = in.q.size(), nk = in.k.size(), n = std::size_t(offset + std::int64_t(s.rows()) * P);
-    GuardedBuffer<bf16> q(nq, in.q), k(nk, in.k), v(nk, in.v), d_o(nq, in.d_o), o(nq, packed.o), r(nq, packed.residual);
+    const BackwardInputsOnDevice dev(in, packed);
     GuardedBuffer<bf16> dq(n), dk(nk), dv(nk);
-    GuardedBuffer<float> lse(packed.lse.size(), packed.lse), delta(packed.lse.size());
-    BackwardArgs ba;
-    ba.shape = s, ba.q = q.get(), ba.k = k.get(), ba.v = v.get(), ba.o = o.get(), ba.o_residual = r.get(), ba.lse = lse.get();
-    ba.d_o = d_o.get(), ba.dq = dq.get() + offset, ba.dk = dk.get(), ba.dv = dv.get(), ba.delta = delta.get();
+    GuardedBuffer<float> delta(packed.lse.size());
+    BackwardArgs ba = dev.args();
+    ba.dq = dq.get() + offset, ba.dk = dk.get(), ba.dv = dv.get(), ba.delta = delta.get();
     ba.strides.dq = qs;
     attention_backward(ba, opt);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
