@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The GPU work of one attention backward through the op (autograd) or through the C ABI, for a
-kernel profiler: bench_op.py finds the op's backward ~1-3% slower than the C ABI's at the GPT-2
-shape while the op's host time per call (~0.12 ms) stays below the GPU's (~0.32 ms), so the
-difference should be on the GPU. Under Nsight Compute each path lists its kernels and their times:
+"""The GPU work of one attention backward through the op (autograd) or through the C ABI: where
+bench_op.py's single calls of the op's backward lose 2-4% against the C ABI's at the GPT-2 shape.
+Under Nsight Compute each path lists its kernels and their times (the same three kernels, equally
+long: docs/python.md):
 
     ncu --print-summary per-kernel python3 tests/python_gpu/profile_op_backward.py --path op
     ncu --print-summary per-kernel python3 tests/python_gpu/profile_op_backward.py --path capi
@@ -15,7 +15,7 @@ calls: compare the per-kernel counts, `--calls` of each backward kernel).
 instead records both paths' back-to-back calls with torch.profiler (no kernel replay, the GPU's own
 timeline) and prints per path the GPU time per call, each kernel's mean duration and the mean idle
 time before it: where the op's backward loses time against the C ABI's, in the kernels or between
-them."""
+them (between: before each call's first kernel, docs/python.md)."""
 import argparse
 import os
 import sys
@@ -79,8 +79,8 @@ def main():
         tt = {n: _ops._tensor(x) for n, x in dict(q=qd, k=kd, v=vd, o=o, res=res, do=do, dq=dq, dk=dk, dv=dv).items()}
         shape, stream = _ops._shape(qd, kd), torch.cuda.current_stream().cuda_stream
         _capi.forward(shape, opts, stream, tt["q"], tt["k"], tt["v"], tt["o"], lse.data_ptr(), tt["res"])
-        calls["capi"] = lambda: _capi.backward(shape, opts, stream, tt["q"], tt["k"], tt["v"], tt["o"], lse.data_ptr(), tt["res"], tt["do"],
-                                      tt["dq"], tt["dk"], tt["dv"])
+        calls["capi"] = lambda: _capi.backward(shape, opts, stream, tt["q"], tt["k"], tt["v"], tt["o"], lse.data_ptr(),
+                                               tt["res"], tt["do"], tt["dq"], tt["dk"], tt["dv"])
     if a.timeline:
         for _ in range(2):  # alternating
             for name, call in calls.items():

@@ -161,9 +161,10 @@ for _name, _kernel, _fake in (("attention_forward", _forward_kernel, _forward_fa
 # In plain eager mode (_plain) stableflash.torch.attention skips the dispatcher: forward() applies
 # _PlainAttention, whose forward calls the kernel directly and returns o alone, and the backward
 # calls the backward kernel directly too; the dispatcher's round trip into Python and back costs 10
-# to 20 µs a call on the CPU (issue 14). Wherever anything could intercept the op (torch.compile, a tensor subclass
-# such as FakeTensor or DTensor, a TorchDispatchMode or TorchFunctionMode, functorch's transforms,
-# the profiler, the JIT tracer, create_graph), calls go through the dispatcher as before.
+# to 20 µs a call on the CPU (issue 14). Wherever anything could intercept the op (torch.compile, a
+# tensor subclass such as FakeTensor or DTensor, a TorchDispatchMode or TorchFunctionMode,
+# functorch's transforms, the profiler, the JIT tracer, create_graph), calls go through the
+# dispatcher as before.
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
 _below_autograd = torch._C._AutoDispatchBelowAutograd
 _any_requires_grad = torch._C._any_requires_grad
