@@ -6,15 +6,15 @@
 #
 #   scripts/device-check-python.sh [DEVBIN] [OUT] [--quick | --full] [--skip-audit | --audit-only]
 #        defaults build-cuda/devbin, /tmp/stableflash-device, --full.
-#   --quick (what `scripts/device-check.sh --python` runs; estimated 2 minutes on an H200, not yet
-#        measured; each part under a time limit, 120 + 90 + 45 + 90 s, so that the whole stays under 6
-#        even if one hangs): opcheck on small shapes, values and gradients against SDPA in FP64 on issue 12's four benchmark shapes at reduced batch x heads,
-#        the stride tests, torch.compile(fullgraph=True) with static shapes, the op's cost on one shape,
+#   --quick (what `scripts/device-check.sh --python` runs; about 2 minutes on an H200; each part
+#        under a time limit, 120 + 90 + 90 + 90 s, so that the whole stays under 6.5 even if one
+#        hangs): opcheck on small shapes, values and gradients against SDPA in FP64 on issue 12's
+#        four benchmark shapes at reduced batch x heads, the stride tests, torch.compile(fullgraph=True) with static shapes, the op's cost on one shape,
 #        and the nanoGPT-style comparison on a smaller model (2 layers, 200 steps) whose rule must still
 #        reject two broken attentions (python/examples/train_gpt.py). No bias audit (--full has it).
-#   --full: every test, compile with dynamic shapes and a transformer block, the cost on three shapes,
-#        the 4-layer 300-step training and the audit: roughly 10 minutes, or two halves of about five
-#        with --skip-audit / --audit-only for a caller with a per-command limit.
+#   --full: every test, compile with dynamic shapes and a transformer block, the cost on three shapes
+#        (single calls and per call of a 12-layer pass), the 4-layer 300-step training and the audit:
+#        146 s + 51 s on the H200 (2026-12-01) as the two halves --skip-audit / --audit-only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build-cuda/devbin}
