@@ -10,6 +10,7 @@
 #include "kernel_params.cuh"
 #include "stableflash/attention/modes.hpp"
 #include "stableflash/attention/rounding_points.hpp"
+#include "tma.cuh"
 #include "warp_mma.cuh"
 
 namespace stableflash::attention::cuda {
@@ -48,6 +49,7 @@ inline constexpr int kDeltaRowsPerCta = kDeltaThreads / (D / 8) * kDeltaRowsPerT
 template <int D, bool kPaper>
 __global__ void __launch_bounds__(kDeltaThreads) delta_from_output_kernel(const __grid_constant__ BackwardParams p) {
   constexpr int kLanes = D / 8, kRowsPerPass = kDeltaThreads / kLanes, kPasses = kDeltaRowsPerThread;
+  allow_dependent_launch();  // the main kernel's CTAs may start their prologue (they wait for this grid's end)
   if (p.zero_words) {
     const std::int64_t ctas = std::int64_t(gridDim.x) * gridDim.y, cta = std::int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
     const std::int64_t per_cta = (p.zero_word_count + ctas - 1) / ctas, end = min(p.zero_word_count, (cta + 1) * per_cta);
@@ -118,6 +120,7 @@ __global__ void __launch_bounds__(kDqConvertThreads) dq_convert_fragments_kernel
   const int hh = int(bh % unsigned(p.heads)), bb = int(bh / unsigned(p.heads));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const float4* tile = reinterpret_cast<const float4*>(p.dq_accum) + std::int64_t(tile_index) * (DqFragmentOrder::kTileFloats / 4);
+  grid_dependency_wait();  // the main kernel's programmatic dependent: its workspace is complete past this
   float4 a[kGroups];
 #pragma unroll
   for (int j = 0; j < kGroups; ++j) a[j] = __ldcs(tile + j * kDqConvertThreads + threadIdx.x);  // read once

@@ -74,6 +74,7 @@ __device__ __forceinline__ void issue_row_products(float (&c)[8][4], std::uint32
 // Grid (ceil(Tq / (64 W)), H, B), 128 W threads.
 template <int D, bool kPaper, int W>
 __global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_constant__ BackwardParams p) {
+  allow_dependent_launch();  // the main kernel's CTAs may start their prologue (they wait for this grid's end)
   constexpr int BQ = 64, BK = 64, NT = BK / 8;
   using Storage = DeltaExactStorage<D, W>;
   constexpr int kTile = Storage::kTile;

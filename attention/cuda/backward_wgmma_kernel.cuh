@@ -146,7 +146,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   };
   auto stash_rowval = [&](int slot, float v) { shared.rowvals[(wg * 2 + slot) * 2 * BQ + tid] = v; };
 
-  if (qb_begin < qb_end) stash_rowval(0, fetch_rowval(qb_begin));
   if (threadIdx.x == 0) {
     mbar_init(bar_kv, 1);
     mbar_init(bar_full(0), 1), mbar_init(bar_full(1), 1);
@@ -154,7 +153,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     mbar_fence_init();
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0) {  // inputs the delta pass before this kernel does not write
     mbar_arrive_expect_tx(bar_kv, 4 * kBoxes * kBoxBytes);
 #pragma unroll
     for (int grp = 0; grp < 2; ++grp)
@@ -165,6 +164,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     if (qb_begin < qb_end) issue_query_block(qb_begin, 0);
   }
+  // Launched as the delta pass's programmatic dependent (launch_after_previous): delta, the zeroed
+  // dQ workspace and turn counters are read or written only after this wait.
+  grid_dependency_wait();
+  allow_dependent_launch();  // the dQ conversion's CTAs may start once every CTA here has (they wait too)
+  if (qb_begin < qb_end) stash_rowval(0, fetch_rowval(qb_begin));
+  __syncthreads();  // the stashed rows are read by other threads of the group
 
   float acc_dk[DT][4], acc_dv[DT][4];  // this warp's 16 keys x D
 #pragma unroll

@@ -7,6 +7,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kernel_params.cuh"
 #include "plan.hpp"
@@ -30,6 +31,21 @@ void launch_dq_convert(const BackwardParams& p, cudaStream_t stream);
 
 inline void check_cuda(cudaError_t err, const char* what) {
   if (err != cudaSuccess) throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(err));
+}
+
+// Launches `kernel` as a programmatic dependent of the stream's previous kernel: its CTAs may start
+// before that kernel ends (once its CTAs allowed it: allow_dependent_launch), and must call
+// grid_dependency_wait (tma.cuh) before touching what that kernel writes. Hides the launch and the
+// prologue (barrier set-up, loads of inputs the previous kernel does not write) behind its tail.
+template <class... Params, class... Args>
+void launch_after_previous(void (*kernel)(Params...), dim3 grid, int threads, int smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid, config.blockDim = dim3(unsigned(threads)), config.dynamicSmemBytes = std::size_t(smem);
+  config.stream = stream, config.attrs = &attribute, config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), "cudaLaunchKernelEx");
 }
 
 // Raises a kernel's dynamic shared-memory limit (past the 48 KB default) once per process.

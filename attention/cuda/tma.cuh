@@ -113,6 +113,16 @@ __device__ __forceinline__ void bulk_wait_group() {
 // is 0) wait for each other, so one warpgroup can synchronize without stopping the other. The
 // ReservedNamedBarriers overload takes the hardware id as is (the uint32_t one adds CUTLASS's 8
 // reserved ids; our kernels use no CUTLASS collective, so ids 1.. are free).
+// Programmatic dependent launch (a kernel launched by launch_after_previous, launch.hpp):
+// grid_dependency_wait() blocks until the previous kernel in the stream has completed and its memory
+// writes are visible (a no-op in a kernel launched without the attribute); nothing the previous
+// kernel writes may be read, and nothing it reads may be written, before it. allow_dependent_launch()
+// lets the next kernel's CTAs start once every CTA of this grid has issued it (or exited). Written
+// here rather than taken from cutlass/arch/grid_dependency_control.h, which wants
+// CUTLASS_ENABLE_GDC_FOR_SM90 and brings the GEMM dispatch headers for two instructions.
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 __device__ __forceinline__ void named_barrier_sync(int id, int count) {
   detail::ordered([&] {
     cutlass::arch::NamedBarrier::sync(static_cast<std::uint32_t>(count),
