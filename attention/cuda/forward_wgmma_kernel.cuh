@@ -276,6 +276,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
     mbar_fence_init();
   }
   __syncthreads();
+  // a programmatic dependent of the kernel before it (launch_with): global memory only past here
+  grid_dependency_wait();
+  allow_dependent_launch();
   // The fused fast path (the plan's ForwardWalk::pipelined: one shift per step, no counters)
   // overlaps each step's softmax with the previous step's P-bar * V on the tensor cores.
   if constexpr (!kMultiPass) {

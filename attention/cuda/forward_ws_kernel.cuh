@@ -119,6 +119,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
     mbar_fence_init();
   }
   __syncthreads();  // the last CTA-wide barrier: the producer's idle warps leave below
+  // a programmatic dependent of the kernel before it (launch_with): global memory only past here
+  grid_dependency_wait();
+  allow_dependent_launch();
 
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform (see the wgmma backward)
   if (wg == 0) {
