@@ -191,6 +191,16 @@ def _plain(*xs):
     return _include_set().raw_repr() in _PLAIN_INCLUDES and not (_function_mode() or _profiling() or _jit_tracing())
 
 
+def _gradients(ctx, d_o):
+    """dq, dk, dv for both Functions' backward from what their forward saved (q, k, v, o, lse,
+    o_residual; ctx.args = causal, scale, options): the backward kernel directly in plain eager
+    mode, else through the op (create_graph, grad mode on here, goes through it too: its Autograd
+    kernel refuses double backward)."""
+    q, k, v, o, lse, res = ctx.saved_tensors
+    args = (d_o, q, k, v, o, lse, res, *ctx.args)
+    return _backward_kernel(*args) if not torch.is_grad_enabled() and _plain(d_o, q, k, v) else _BACKWARD(*args)
+
+
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, keyset, q, k, v, causal, scale, options):
@@ -198,7 +208,7 @@ class _Attention(torch.autograd.Function):
         with _below_autograd():
             o, lse, res = _FORWARD.redispatch(keyset & _AFTER_AUTOGRAD, q, k, v, causal, scale, options)
         ctx.save_for_backward(q, k, v, o, lse, res)
-        ctx.causal, ctx.scale, ctx.options = causal, scale, options
+        ctx.args = (causal, scale, options)
         # lse and o_residual are saved state, not results a caller differentiates (the public
         # function returns o only): no gradient flows into them, and autograd must not fill zeros
         # for their absent gradients before each backward (a memset of o's size on the GPU)
@@ -210,10 +220,7 @@ class _Attention(torch.autograd.Function):
     def backward(ctx, d_o, _d_lse, _d_res):
         if d_o is None:  # o took no part in what is differentiated (no zeros materialised)
             return None, None, None, None, None, None, None
-        q, k, v, o, lse, res = ctx.saved_tensors
-        args = (d_o, q, k, v, o, lse, res, ctx.causal, ctx.scale, ctx.options)
-        # create_graph (grad mode on here) goes through the op, whose Autograd kernel refuses double backward
-        dq, dk, dv = _backward_kernel(*args) if not torch.is_grad_enabled() and _plain(d_o, q, k, v) else _BACKWARD(*args)
+        dq, dk, dv = _gradients(ctx, d_o)
         return None, dq, dk, dv, None, None, None
 
 
@@ -235,9 +242,7 @@ class _PlainAttention(torch.autograd.Function):
     def backward(ctx, d_o):
         if d_o is None:  # no gradient reached o (none materialised)
             return None, None, None, None, None, None
-        q, k, v, o, lse, res = ctx.saved_tensors
-        args = (d_o, q, k, v, o, lse, res, *ctx.args)
-        dq, dk, dv = _backward_kernel(*args) if not torch.is_grad_enabled() and _plain(d_o, q, k, v) else _BACKWARD(*args)
+        dq, dk, dv = _gradients(ctx, d_o)
         return dq, dk, dv, None, None, None
 
 
