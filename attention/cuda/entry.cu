@@ -176,6 +176,7 @@ void execute_forward(const ForwardArgs& a, const AttentionOptions& opt, const Fo
   p.normalizer_bf16 = opt.normalizer == Normalizer::bf16;
   p.policy = opt.policy_params;
   p.walk = static_cast<int>(plan.walk);
+  p.consumer_turns = plan.consumer_turns;
   if (plan.tensor_maps) {
     const int kv_heads = s.resolved_kv_heads();
     p.tma_q = tensor_map("q", a.q, s, s.heads, s.q_len, p.q_strides);

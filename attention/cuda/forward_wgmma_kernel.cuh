@@ -89,6 +89,8 @@ struct SelfFeed {
   __device__ void wait_v(int j) const { mbar_wait(bars + 8 * (3 + (j & 1)), (j >> 1) & 1); }
   __device__ void release_k(int) const {}
   __device__ void release_v(int) const {}
+  __device__ void take_turn() const {}  // one walking warpgroup: nobody to take turns with
+  __device__ void pass_turn() const {}
   __device__ void end_step() const { __syncthreads(); }  // K_j and V_(j-1) are free for step j + 1's copies
 };
 
@@ -104,6 +106,7 @@ __device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& row
   const int key0 = j * BK;
   feed.begin_step(j);
   feed.wait_k(j);
+  feed.take_turn();  // several consumers of one CTA issue their products in turns
   float sc[1][BK / 8][4];
   wgmma_fence();
   issue_scores<D, BK>(sc, s_q, feed.k(j));
@@ -116,8 +119,10 @@ __device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& row
     wgmma_fence();
     issue_pv<D, BK>(rows.softmax.acc[0], pa[0], feed.v(j - 1));
     wgmma_commit();
+    feed.pass_turn();
     wgmma_wait<1>();  // S_j has landed; P_(j-1) V_(j-1) may still run
   } else {
+    feed.pass_turn();
     wgmma_wait<0>();
   }
   fence_registers(sc[0]);
@@ -130,7 +135,10 @@ __device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& row
   fence_registers(rows.softmax.acc[0]);
   fence_registers(pa[0]);
   if (j > 0) feed.release_v(j - 1);
-  rows.softmax.rescale_acc(c);
+  // Where no row of the warp moved its shift, every c is exactly 1 (exp(0)) and acc * 1 = acc:
+  // skipping the D / 2 multiplies changes no bit. Long rows stop moving their maximum after a
+  // few steps, so most steps skip it.
+  if (__any_sync(0xffffffffu, c[0][0] != 1.0f || c[0][1] != 1.0f)) rows.softmax.rescale_acc(c);
   Rows::pack_operands(sc, pa);
   feed.end_step();
 }
@@ -195,8 +203,10 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
 // product reads any more, then written by bulk tensor copies in whole 128-byte lines (rows past
 // Tq are clipped by the copy engine); lse and the counters directly. Thread stores into the
 // swizzled rows hit 32 different banks. `leader` issues the copies after `sync` (the warpgroup's
-// threads wait for each other).
-template <class Traits, class Rows, class Sync>
+// threads wait for each other). With kWaitReads the leader waits until the copies have read the
+// staging tiles (the CTA may exit or reuse them); a persistent caller waits before its next
+// epilogue instead (bulk_wait_group_read), by which time the copies are long done.
+template <class Traits, bool kWaitReads = true, class Rows, class Sync>
 __device__ __forceinline__ void store_outputs_by_tma(const ForwardParams& p, const Rows& rows, int m0, int h, int b, int t,
                                                      std::uint32_t s_o, std::uint32_t s_r, bool leader, Sync&& sync) {
   constexpr int D = Traits::kHeadDim;
@@ -217,7 +227,7 @@ __device__ __forceinline__ void store_outputs_by_tma(const ForwardParams& p, con
       if (residual) tma_store_4d(&p.tma_o_residual, s_r + x * Tile::kBlockBytes, 64 * x, m0, h, b);
     }
     bulk_commit_group();
-    bulk_wait_group_read<0>();  // shared memory must outlive the copies' reads
+    if constexpr (kWaitReads) bulk_wait_group_read<0>();  // shared memory must outlive the copies' reads
   }
   Epilogue::store_row_stats(rows, p, b, h, t);
 }

@@ -6,14 +6,20 @@
 // per step, and the producer gives its registers to the consumers (setmaxnreg), so 128-key steps
 // fit at D = 128.
 //
-// Runs the `fused` fast path at D = 128 only (one shift per 128-key step, no event counters, a
-// policy that needs no tile-wide tie count); everything else, D = 64 included (faster there with
-// four one-warpgroup CTAs per SM, kernel_params.cuh), takes the one-warpgroup kernel. The consumers'
-// walk is forward_pipelined_walk, the same code the one-warpgroup kernel runs, fed by ProducerFeed.
+// Runs the `fused` fast path (one shift per 128-key step, no event counters, a policy that needs
+// no tile-wide tie count) where the plan picks it (takes_warp_specialized_forward, plan.cpp): past
+// 128 keys, with two consumers at D = 128 and three (192 rows) at D = 64, there causal only on
+// long rows. Everything else takes the one-warpgroup kernel. The consumers' walk is
+// forward_pipelined_walk, the same code the one-warpgroup kernel runs, fed by ProducerFeed, which
+// also makes the consumers take turns issuing their products.
 //
-// Shared memory (WsForwardTraits::SharedStorage): Q of each consumer [64, D], the K and V stages, a
-// residual tile per consumer, the barriers. The epilogue stages O in the consumer's own Q tile (no
-// product reads it after the last S) and the residual in its own tile, then stores both by TMA.
+// Persistent (the launch's choice, ForwardPlan::persistent): one CTA per SM walks tile after tile
+// (WsTileOrder), so a consumer's next Q and the next tile's K/V land while it stores the last
+// tile's outputs, and the barrier set-up and register hand-over happen once per SM, not per tile.
+// A grid with a CTA per tile runs the same code for one round (the kernel lab's comparison).
+//
+// Shared memory (WsForwardTraits::SharedStorage): Q of each consumer [64, D], the K and V stages,
+// O and residual staging tiles per consumer, the barriers.
 #pragma once
 
 #include <cstdint>
@@ -41,54 +47,121 @@ __device__ __forceinline__ void claim_registers() {
   cutlass::arch::warpgroup_reg_alloc<kRegs>();
 }
 
-// Barrier slots (8 bytes each) after the tiles: per consumer a Q barrier; per stage K full,
-// V full (the producer's copies landed) and K empty, V empty (every consumer thread is done with it).
+// Barrier slots (8 bytes each) after the tiles: per consumer Q full (the producer's copy landed)
+// and Q empty (every consumer thread is done with it); per stage K full, V full and K empty,
+// V empty (every consumer thread is done with the tile).
 template <int kConsumers>
 struct WsBarriers {
   static constexpr int kStages = kWsForwardStages;
   std::uint32_t base;
   __device__ std::uint32_t q(int consumer) const { return base + 8 * consumer; }
-  __device__ std::uint32_t k_full(int s) const { return base + 8 * (kConsumers + s); }
-  __device__ std::uint32_t v_full(int s) const { return base + 8 * (kConsumers + kStages + s); }
-  __device__ std::uint32_t k_empty(int s) const { return base + 8 * (kConsumers + 2 * kStages + s); }
-  __device__ std::uint32_t v_empty(int s) const { return base + 8 * (kConsumers + 3 * kStages + s); }
+  __device__ std::uint32_t q_empty(int consumer) const { return base + 8 * (kConsumers + consumer); }
+  __device__ std::uint32_t k_full(int s) const { return base + 8 * (2 * kConsumers + s); }
+  __device__ std::uint32_t v_full(int s) const { return base + 8 * (2 * kConsumers + kStages + s); }
+  __device__ std::uint32_t k_empty(int s) const { return base + 8 * (2 * kConsumers + 2 * kStages + s); }
+  __device__ std::uint32_t v_empty(int s) const { return base + 8 * (2 * kConsumers + 3 * kStages + s); }
 };
 
-// The consumers' side of the K/V ring: tile j sits in stage j % kStages; its n-th use (n = j /
-// kStages) completes phase n of the stage's full barrier.
+// The consumers' side of the K/V ring. The ring runs on across a CTA's tiles: step j of the
+// current tile is ring position first + j, in stage (first + j) % kStages, whose n-th use (n =
+// (first + j) / kStages) completes phase n of the stage's full barrier.
 template <class Traits>
 struct ProducerFeed {
   static constexpr int kStages = kWsForwardStages;
   std::uint32_t s_k0, s_v0;
   WsBarriers<Traits::kConsumers> bars;
+  int first = 0;  // ring positions taken by the CTA's earlier tiles
+  // Turns (FlashAttention-3's warpgroup scheduler barriers): a consumer issues a step's products
+  // only after the consumer before it issued its own, then hands the turn on, so one consumer's
+  // softmax runs while the next one's products keep the tensor cores busy instead of every
+  // consumer issuing at once and then all computing their softmax at once. Named barriers
+  // turn_bar (this consumer's) and next_turn_bar, 256 threads each: this consumer and the one
+  // handing on. 0: no turns.
+  int turn_bar = 0, next_turn_bar = 0;
 
-  __device__ std::uint32_t k(int j) const { return s_k0 + (j % kStages) * Traits::kSmemKV; }
-  __device__ std::uint32_t v(int j) const { return s_v0 + (j % kStages) * Traits::kSmemKV; }
+  __device__ std::uint32_t k(int j) const { return s_k0 + ((first + j) % kStages) * Traits::kSmemKV; }
+  __device__ std::uint32_t v(int j) const { return s_v0 + ((first + j) % kStages) * Traits::kSmemKV; }
   __device__ void start() const {}
   __device__ void begin_step(int) const {}
-  __device__ void wait_k(int j) const { mbar_wait(bars.k_full(j % kStages), (j / kStages) & 1); }
-  __device__ void wait_v(int j) const { mbar_wait(bars.v_full(j % kStages), (j / kStages) & 1); }
-  __device__ void release_k(int j) const { mbar_arrive(bars.k_empty(j % kStages)); }
-  __device__ void release_v(int j) const { mbar_arrive(bars.v_empty(j % kStages)); }
+  __device__ void wait_k(int j) const { mbar_wait(bars.k_full((first + j) % kStages), ((first + j) / kStages) & 1); }
+  __device__ void wait_v(int j) const { mbar_wait(bars.v_full((first + j) % kStages), ((first + j) / kStages) & 1); }
+  __device__ void release_k(int j) const { mbar_arrive(bars.k_empty((first + j) % kStages)); }
+  __device__ void release_v(int j) const { mbar_arrive(bars.v_empty((first + j) % kStages)); }
+  __device__ void take_turn() const {
+    if (turn_bar) named_barrier_sync(turn_bar, 256);
+  }
+  __device__ void pass_turn() const {
+    if (turn_bar) named_barrier_arrive(next_turn_bar, 256);
+  }
   __device__ void end_step() const {}
 };
 
-// The producer: Q of every consumer, then K_j and V_j for every step, each into its stage as soon
-// as the consumers have handed the stage's previous tile back. K_j goes before V_j: the consumers
-// need K_(j+1) before V_j (S_(j+1) is issued ahead of P_j V_j).
+// The tiles (batch, head, block of kRows query rows) and which CTA takes which: in round r a CTA
+// takes tile r * gridDim.x + its place in the grid, counted from the other end in odd rounds.
+// Causal tiles go heaviest first (the blocks of late rows, which see the most keys, of every
+// head), so the rounds' back-and-forth gives every CTA a fair share of long and short tiles and
+// the launch ends on short ones; full-attention tiles go head by head, whose blocks read the same
+// K/V while it is in L2.
+template <int kRows>
+struct WsTileOrder {
+  int blocks, batch_heads, heads, tiles;
+  bool causal;
+
+  __device__ explicit WsTileOrder(const ForwardParams& p)
+      : blocks((p.q_len + kRows - 1) / kRows), batch_heads(p.batch * p.heads), heads(p.heads),
+        tiles(blocks * batch_heads), causal(p.causal != 0) {}  // tiles < 2^31: check_forward_index_ranges
+
+  __device__ int tile(int round) const {
+    const int g = gridDim.x, place = round & 1 ? g - 1 - blockIdx.x : blockIdx.x;
+    return round * g + place;  // >= tiles: this CTA is done (only the last round is partial)
+  }
+  struct Tile {
+    int m0, h, b;
+  };
+  __device__ Tile at(int t) const {
+    const int block = causal ? blocks - 1 - t / batch_heads : t % blocks;
+    const int bh = causal ? t % batch_heads : t / blocks;
+    return {block * kRows, bh % heads, bh / heads};
+  }
+};
+
+// K/V steps of kRows query rows from m0 on: those of the last row among them (none past q_len). The
+// producer loads a tile's steps (kRows = kCtaRows); a consumer computes its own rows' (kRows = 64)
+// and hands the rest back unread: on the causal diagonal an earlier consumer's rows see up to 64
+// (kConsumers - 1) keys fewer, and a tile past the sequence's end has consumers without rows.
+template <int kRows, class Traits>
+__device__ __forceinline__ int steps_of_rows(const ForwardParams& p, int m0) {
+  if (m0 >= p.q_len) return 0;
+  return (cta_keys<kRows, Traits::kBlockK, false>(p, m0).n_keys + Traits::kBlockK - 1) / Traits::kBlockK;
+}
+
+// The producer: per tile, Q of every consumer once the consumer is done with its previous Q, then
+// K_j and V_j for every step, each into its stage as soon as the consumers have handed the stage's
+// previous tile back. K_j goes before V_j: the consumers need K_(j+1) before V_j (S_(j+1) is issued
+// ahead of P_j V_j).
 template <class Traits>
-__device__ __forceinline__ void produce_tiles(const ForwardParams& p, const ProducerFeed<Traits>& feed, std::uint32_t s_q,
-                                              int m0, int h, int b, int total) {
+__device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTileOrder<Traits::kCtaRows>& order,
+                                              const ProducerFeed<Traits>& feed, std::uint32_t s_q) {
   constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK, S = kWsForwardStages;
-  const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
+  int position = 0;  // in the K/V ring
+  for (int round = 0;; ++round) {
+    const int tile = order.tile(round);
+    if (tile >= order.tiles) return;
+    const auto [m0, h, b] = order.at(tile);
+    const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
 #pragma unroll
-  for (int c = 0; c < Traits::kConsumers; ++c) load_tile<D, 64>(&p.tma_q, s_q + c * Traits::kSmemQ, m0 + 64 * c, h, b, feed.bars.q(c));
-  for (int j = 0; j < total; ++j) {
-    const int s = j % S, use = j / S;
-    if (use > 0) mbar_wait(feed.bars.k_empty(s), (use - 1) & 1);
-    load_tile<D, BK>(&p.tma_k, feed.k(j), j * BK, kv_h, b, feed.bars.k_full(s));
-    if (use > 0) mbar_wait(feed.bars.v_empty(s), (use - 1) & 1);
-    load_tile<D, BK>(&p.tma_v, feed.v(j), j * BK, kv_h, b, feed.bars.v_full(s));
+    for (int c = 0; c < Traits::kConsumers; ++c) {
+      if (round > 0) mbar_wait(feed.bars.q_empty(c), (round - 1) & 1);
+      load_tile<D, 64>(&p.tma_q, s_q + c * Traits::kSmemQ, m0 + 64 * c, h, b, feed.bars.q(c));
+    }
+    const int total = steps_of_rows<Traits::kCtaRows, Traits>(p, m0);
+    for (int j = 0; j < total; ++j, ++position) {
+      const int s = position % S, use = position / S;
+      if (use > 0) mbar_wait(feed.bars.k_empty(s), (use - 1) & 1);
+      load_tile<D, BK>(&p.tma_k, feed.s_k0 + s * Traits::kSmemKV, j * BK, kv_h, b, feed.bars.k_full(s));
+      if (use > 0) mbar_wait(feed.bars.v_empty(s), (use - 1) & 1);
+      load_tile<D, BK>(&p.tma_v, feed.s_v0 + s * Traits::kSmemKV, j * BK, kv_h, b, feed.bars.v_full(s));
+    }
   }
 }
 
@@ -100,18 +173,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
 
   extern __shared__ __align__(1024) unsigned char smem[];
   auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);
-  constexpr int C = Traits::kConsumers, kRows = Traits::kCtaRows;
-  const std::uint32_t s_q = smem_u32(shared.q), s_res = smem_u32(shared.residual);
+  constexpr int C = Traits::kConsumers;
+  const std::uint32_t s_q = smem_u32(shared.q), s_o = smem_u32(shared.o), s_res = smem_u32(shared.residual);
   const ProducerFeed<Traits> feed{smem_u32(shared.k), smem_u32(shared.v), WsBarriers<C>{smem_u32(shared.barriers)}};
-
-  // Causal blocks late in the sequence see the most keys: launch those first.
-  const int b = blockIdx.z, h = blockIdx.y, m0 = (p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * kRows;
-  // Every consumer walks the keys of the CTA's last row: causal steps past an earlier consumer's
-  // rows are masked out whole (at most 64 (kConsumers - 1) keys' worth, on the diagonal only).
-  const int total = (cta_keys<kRows, BK, false>(p, m0).n_keys + BK - 1) / BK;
+  const WsTileOrder<Traits::kCtaRows> order(p);
 
   if (threadIdx.x == 0) {
-    for (int i = 0; i < C; ++i) mbar_init(feed.bars.q(i), 1);
+    for (int i = 0; i < C; ++i) mbar_init(feed.bars.q(i), 1), mbar_init(feed.bars.q_empty(i), 128);  // every consumer thread
     for (int s = 0; s < kWsForwardStages; ++s) {
       mbar_init(feed.bars.k_full(s), 1), mbar_init(feed.bars.v_full(s), 1);
       mbar_init(feed.bars.k_empty(s), 128 * C), mbar_init(feed.bars.v_empty(s), 128 * C);  // every consumer thread
@@ -126,25 +194,50 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform (see the wgmma backward)
   if (wg == 0) {
     release_registers<Traits::kProducerRegisters>();
-    if (threadIdx.x == 0) produce_tiles<Traits>(p, feed, s_q, m0, h, b, total);
+    if (threadIdx.x == 0) produce_tiles<Traits>(p, order, feed, s_q);
     return;
   }
   claim_registers<Traits::kConsumerRegisters>();
 
-  const int c = wg - 1, m0c = m0 + 64 * c;  // this consumer's 64 rows
+  const int c = wg - 1;  // this consumer's 64 rows of every tile: m0 + 64 c ...
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t = lane % 4;
-  const std::uint32_t s_qc = s_q + c * Traits::kSmemQ;
-  Rows rows(p, nullptr, nullptr, b, h, m0c + warp * 16 + lane / 4, warp * 16 + lane / 4);
-  mbar_wait(feed.bars.q(c), 0);
-  forward_pipelined_walk<D, BK>(p, rows, feed, total, last_key(m0c, p.q_len, p.k_len, p.causal != 0), t, s_qc);
-
-  if (p.store_by_tma) {
-    // Named barrier 1 + c: this consumer's 128 threads only.
-    store_outputs_by_tma<Traits>(p, rows, m0c, h, b, t, s_qc, s_res + c * Traits::kSmemQ, tid == 0,
-                                 [c] { named_barrier_sync(1 + c, 128); });
-  } else {
-    ForwardEpilogue<Rows>::store(rows, p, b, h, t);
+  const std::uint32_t s_qc = s_q + c * Traits::kSmemQ, s_oc = s_o + c * Traits::kSmemQ, s_rc = s_res + c * Traits::kSmemQ;
+  const auto consumer_sync = [c] { named_barrier_sync(1 + c, 128); };  // named barrier 1 + c: this consumer's threads
+  ProducerFeed<Traits> tile_feed = feed;
+  if (p.consumer_turns) {  // named barriers 1 + C + c: consumer c's turn
+    tile_feed.turn_bar = 1 + C + c, tile_feed.next_turn_bar = 1 + C + (c + 1) % C;
+    if (c == 0) named_barrier_arrive(tile_feed.turn_bar, 256);  // the first turn is consumer 0's
   }
+  for (int round = 0;; ++round) {
+    const int tile = order.tile(round);
+    if (tile >= order.tiles) break;
+    const auto [m0, h, b] = order.at(tile);
+    const int m0c = m0 + 64 * c, total = steps_of_rows<Traits::kCtaRows, Traits>(p, m0);
+    const int own = steps_of_rows<64, Traits>(p, m0c);
+    Rows rows(p, nullptr, nullptr, b, h, m0c + warp * 16 + lane / 4, warp * 16 + lane / 4);
+    mbar_wait(feed.bars.q(c), round & 1);
+    forward_pipelined_walk<D, BK>(p, rows, tile_feed, own, last_key(m0c, p.q_len, p.k_len, p.causal != 0), t, s_qc);
+    mbar_arrive(feed.bars.q_empty(c));  // the walk's products are complete: the next Q may land
+    // The tile's steps past this consumer's rows, handed back once landed (an arrival before the
+    // copy landed could count towards the stage's previous use and free it early).
+    // Their turns are taken and passed on too: the turns go round the consumers once per step.
+    for (int j = own; j < total; ++j) {
+      tile_feed.wait_k(j), tile_feed.take_turn(), tile_feed.pass_turn(), tile_feed.release_k(j);
+      tile_feed.wait_v(j), tile_feed.release_v(j);
+    }
+    tile_feed.first += total;
+
+    if (p.store_by_tma) {
+      if (round > 0) {  // the previous tile's copies have read the staging tiles (long since)
+        if (tid == 0) bulk_wait_group_read<0>();
+        consumer_sync();
+      }
+      store_outputs_by_tma<Traits, false>(p, rows, m0c, h, b, t, s_oc, s_rc, tid == 0, consumer_sync);
+    } else {
+      ForwardEpilogue<Rows>::store(rows, p, b, h, t);
+    }
+  }
+  if (p.store_by_tma && tid == 0) bulk_wait_group_read<0>();  // shared memory outlives the copies' reads
 }
 
 }  // namespace stableflash::attention::cuda

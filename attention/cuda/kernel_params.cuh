@@ -57,6 +57,7 @@ struct ForwardParams {
   PolicyParams policy;
   int walk;          // ForwardWalk (plan.hpp): the plan's walk over the keys
   int store_by_tma;  // wgmma kernel: o (and o_residual) written by bulk copies (tma_o*); 0: element-wise
+  int consumer_turns;  // warp-specialized kernel: the consumers issue their products in turns (ProducerFeed)
 };
 
 struct BackwardParams {
@@ -182,16 +183,18 @@ struct WsForwardTraits {
   static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536, "the SM's register file");
   static constexpr int kSmemQ = 64 * kHeadDim * 2;        // one consumer's Q (and its O staging)
   static constexpr int kSmemKV = kBlockK * kHeadDim * 2;  // a K or V stage
-  // Shared memory, tiles in the SW128 layout. The epilogue stages a consumer's O in its Q tile (no
-  // product reads it after the last S) and the residual in its own tile.
+  // Shared memory, tiles in the SW128 layout. The epilogue stages a consumer's O and residual in
+  // tiles of their own, so the producer can load the consumer's next Q while it stores.
   struct SharedStorage {
     std::uint16_t q[kConsumers][64 * kHeadDim];
     std::uint16_t k[kWsForwardStages][kBlockK * kHeadDim];
     std::uint16_t v[kWsForwardStages][kBlockK * kHeadDim];
+    std::uint16_t o[kConsumers][64 * kHeadDim];
     std::uint16_t residual[kConsumers][64 * kHeadDim];
-    std::uint64_t barriers[kConsumers + 4 * kWsForwardStages];  // WsBarriers
+    std::uint64_t barriers[2 * kConsumers + 4 * kWsForwardStages];  // WsBarriers
   };
-  static_assert(offsetof(SharedStorage, k) % 1024 == 0 && offsetof(SharedStorage, residual) % 1024 == 0 &&
+  static_assert(offsetof(SharedStorage, k) % 1024 == 0 && offsetof(SharedStorage, o) % 1024 == 0 &&
+                    offsetof(SharedStorage, residual) % 1024 == 0 &&
                     kSmemQ % 1024 == 0 && kSmemKV % 1024 == 0,
                 "SW128 atoms are 1024-byte aligned");
   static constexpr int kSmemBytes = sizeof(SharedStorage);

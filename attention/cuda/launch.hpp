@@ -48,6 +48,14 @@ void launch_after_previous(void (*kernel)(Params...), dim3 grid, int threads, in
   check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), "cudaLaunchKernelEx");
 }
 
+// The current device's SM count (a persistent grid's size).
+inline int multiprocessors() {
+  int device = 0, sms = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  return sms;
+}
+
 // Raises a kernel's dynamic shared-memory limit (past the 48 KB default) once per process.
 template <class Kernel>
 void allow_smem(Kernel kernel, int bytes) {

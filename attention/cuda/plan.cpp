@@ -105,9 +105,11 @@ void grid_y_or_z(int n, const char* pass, const char* what) {
 void check_forward_index_ranges(const AttentionShape& s, const AttentionOptions& opt) {
   grid_y_or_z(s.heads, "forward", "heads (the grid's y)");
   grid_y_or_z(s.batch, "forward", "batch (the grid's z)");
-  below_2_31(rounded_up(s.q_len, kForwardMaxBlock), "forward", "q_len rounded up to CTAs of 128 rows");
-  below_2_31(rounded_up(s.k_len, kForwardMaxBlock), "forward", "k_len rounded up to steps of 128 keys");
+  below_2_31(rounded_up(s.q_len, kForwardMaxBlock), "forward", "q_len rounded up to the largest CTA (kForwardMaxBlock rows)");
+  below_2_31(rounded_up(s.k_len, kForwardMaxBlock), "forward", "k_len rounded up to the largest key step (within kForwardMaxBlock keys)");
   below_2_31(rounded_up(s.k_len, opt.resolved_tile_k()), "forward", "k_len rounded up to whole key tiles (tile_k)");
+  // the warp-specialized kernel numbers its tiles (64 or more rows each) in 32 bits (WsTileOrder)
+  below_2_31(product({s.batch, s.heads, blocks(s.q_len, 64)}), "forward", "batch * heads * blocks of 64 query rows (the tiles)");
 }
 
 // What the backward's kernels index in 32 bits (backward_instances.cu.in and group_sum.cu launch
@@ -176,6 +178,29 @@ bool takes_fast_path(Numerics numerics, ShiftPolicy policy, bool count_events) {
   return fast_path_instantiable(numerics == Numerics::paper, tile_tie_count) && !count_events;
 }
 
+// Keys a query row sees on average: all of them, or under the bottom-right causal mask k_len -
+// q_len + i + 1 for row i (none where that is <= 0).
+double mean_visible_keys(const AttentionShape& s, bool causal) {
+  if (!causal) return s.k_len;
+  const double q = s.q_len, k = s.k_len;
+  return q <= k ? k - (q - 1) / 2 : k * (k + 1) / (2 * q);
+}
+
+bool takes_warp_specialized_forward(const AttentionShape& s, bool causal) {
+  // Up to kOneWarpgroupMaxKeys keys there is nothing to pipeline, and several 64-row CTAs per SM
+  // beat one CTA of two or three consumers.
+  constexpr int kOneWarpgroupMaxKeys = 128;
+  if (s.k_len <= kOneWarpgroupMaxKeys) return false;
+  if (s.head_dim == 128 || !causal) return true;
+  // D = 64 causal: where rows see on average kWsMinMeanCausalKeys keys or more. The three consumers'
+  // 192-row tiles step 128 keys at a time, so on the diagonal and in a sequence's last tile they
+  // load steps that only some consumers compute; on short causal rows that costs more than sharing
+  // each K/V tile three ways gains (measured: -6% at 1,024 x 1,024, -1.5% at 2,048 x 2,048 with
+  // 512 heads, +27% with 32; docs/benchmarks.md).
+  constexpr double kWsMinMeanCausalKeys = 1024;
+  return mean_visible_keys(s, causal) >= kWsMinMeanCausalKeys;
+}
+
 ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt) {
   ForwardPlan plan;
   plan.head_dim = a.shape.head_dim;
@@ -183,12 +208,7 @@ ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt) {
   plan.policy = opt.policy;
   plan.count_events = a.ties != nullptr || a.head_ties != nullptr;
   plan.walk = takes_fast_path(opt.numerics, opt.policy, plan.count_events) ? ForwardWalk::pipelined : ForwardWalk::units;
-  // Warp-specialized at D = 128 only: at D = 64 the one-warpgroup kernel (4 CTAs per SM) measured
-  // faster than 2 or 3 consumers; and only past kOneWarpgroupMaxKeys keys: with one or two key
-  // steps there is nothing to pipeline, and two 64-row CTAs per SM beat one 128-row CTA there
-  // (docs/benchmarks.md).
-  constexpr int kOneWarpgroupMaxKeys = 128;
-  plan.kernel = plan.walk == ForwardWalk::pipelined && plan.head_dim == 128 && a.shape.k_len > kOneWarpgroupMaxKeys
+  plan.kernel = plan.walk == ForwardWalk::pipelined && takes_warp_specialized_forward(a.shape, opt.causal)
                     ? ForwardKernel::warp_specialized
                     : ForwardKernel::one_warpgroup;
   // the epilogue's bulk stores need 16-byte aligned output rows; others are stored element-wise

@@ -39,8 +39,14 @@ enum class ForwardWalk : int {
 
 enum class ForwardKernel {
   one_warpgroup,     // forward_wgmma_kernel.cuh: 64 rows per CTA, every numerics and walk
-  warp_specialized,  // forward_ws_kernel.cuh: producer + 2 consumer warpgroups, the fast path at D = 128
+  warp_specialized,  // forward_ws_kernel.cuh: producer + 2 (D = 128) or 3 (D = 64) consumer warpgroups, fast path only
 };
+
+// Whether the fast path runs the warp-specialized kernel for this shape (plan_forward; measured
+// crossovers in plan.cpp): past 128 keys, at D = 64 causal only where query rows see on average
+// 1,024 keys or more (mean_visible_keys).
+bool takes_warp_specialized_forward(const AttentionShape& shape, bool causal);
+double mean_visible_keys(const AttentionShape& shape, bool causal);
 
 struct ForwardPlan {
   // template flags: launch_forward<head_dim, paper>, the policy struct (with_shift_policy)
@@ -49,6 +55,10 @@ struct ForwardPlan {
   ShiftPolicy policy = ShiftPolicy::standard;
   ForwardWalk walk = ForwardWalk::units;
   ForwardKernel kernel = ForwardKernel::one_warpgroup;
+  // warp_specialized: one CTA per SM walking tile after tile (false: one CTA per tile, the kernel
+  // lab's comparison)
+  bool persistent = true;
+  bool consumer_turns = true;  // warp_specialized: the consumers issue their products in turns
   bool count_events = false;  // ForwardArgs::ties or head_ties: a counter record per query head in the workspace
   bool store_by_tma = false;  // o (and o_residual) rows 16-byte aligned: the epilogue's bulk stores
   bool tensor_maps = true;    // q, k, v read by bulk tensor copies (every production kernel; not the lab's mma.sync)
@@ -93,7 +103,7 @@ inline constexpr int kBackwardBlockK = 128;
 inline constexpr int kGroupSumThreads = 256;
 // The most query rows of a forward CTA and keys of a fast-path step (forward_instances.cu.in
 // asserts it of every kernel): the forward's 32-bit ints round q_len and k_len up to these.
-inline constexpr int kForwardMaxBlock = 128;
+inline constexpr int kForwardMaxBlock = 192;  // the warp-specialized kernel's CTA at D = 64
 
 // The argument checks behind cuda::check_supported / check_supported_args (docs/cuda-kernels.md
 // "Strided tensors"), host code: options and shape (head_dim_compiled: whether this build has

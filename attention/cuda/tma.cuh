@@ -129,5 +129,12 @@ __device__ __forceinline__ void named_barrier_sync(int id, int count) {
                                       static_cast<cutlass::arch::ReservedNamedBarriers>(id));
   });
 }
+// Counts this warp's threads towards barrier `id` without waiting for the others.
+__device__ __forceinline__ void named_barrier_arrive(int id, int count) {
+  detail::ordered([&] {
+    cutlass::arch::NamedBarrier::arrive(static_cast<std::uint32_t>(count),
+                                        static_cast<cutlass::arch::ReservedNamedBarriers>(id));
+  });
+}
 
 }  // namespace stableflash::attention::cuda

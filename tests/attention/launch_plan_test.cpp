@@ -38,7 +38,7 @@ struct Case {
 TEST(LaunchPlan, ForwardKernelAndWalkPerShapeAndOptions) {
   using enum ForwardKernel;
   const Case cases[] = {
-      // the fused fast path: warp-specialized at D = 128, one warpgroup (pipelined) at D = 64
+      // the fused fast path (1,000 keys, causal): warp-specialized at D = 128, one warpgroup at D = 64
       {128, Numerics::fused, ShiftPolicy::standard, false, warp_specialized, ForwardWalk::pipelined},
       {128, Numerics::fused, ShiftPolicy::hashed_offset, false, warp_specialized, ForwardWalk::pipelined},
       {128, Numerics::fused, ShiftPolicy::fixed_offset, false, warp_specialized, ForwardWalk::pipelined},
@@ -89,6 +89,36 @@ TEST(LaunchPlan, ShortKeyRangesTakeTheOneWarpgroupForwardAtHeadDim128) {
       EXPECT_EQ(plan.walk, ForwardWalk::pipelined) << "k_len " << k_len;
     }
   }
+}
+
+TEST(LaunchPlan, LongRowsTakeTheWarpSpecializedForwardAtHeadDim64) {
+  // full attention past 128 keys; causal from 1,024 visible keys per row on average (causal rows
+  // see half of a square's keys)
+  AttentionOptions opt;
+  opt.device = Device::cuda, opt.numerics = Numerics::fused, opt.policy = ShiftPolicy::hashed_offset;
+  struct LenCase {
+    int q_len, k_len;
+    bool causal;
+    double mean_keys;
+    ForwardKernel kernel;
+  };
+  using enum ForwardKernel;
+  for (const LenCase& c : {LenCase{64, 128, false, 128, one_warpgroup}, LenCase{1, 129, false, 129, warp_specialized},
+                           LenCase{2047, 2047, false, 2047, warp_specialized}, LenCase{2047, 2047, true, 1024, warp_specialized},
+                           LenCase{2046, 2046, true, 1023.5, one_warpgroup}, LenCase{300, 4097, true, 3947.5, warp_specialized},
+                           // Tq > Tk: rows before the last k_len see nothing
+                           LenCase{8192, 4095, true, 4095.0 * 4096 / (2 * 8192), one_warpgroup}}) {
+    opt.causal = c.causal;
+    const AttentionShape shape{2, 4, c.q_len, c.k_len, 64};
+    const std::string what = std::to_string(c.q_len) + " x " + std::to_string(c.k_len) + (c.causal ? " causal" : " full");
+    EXPECT_DOUBLE_EQ(mean_visible_keys(shape, c.causal), c.mean_keys) << what;
+    const ForwardPlan plan = plan_forward(forward_args(shape), opt);
+    EXPECT_EQ(plan.kernel, c.kernel) << what;
+    EXPECT_EQ(plan.walk, ForwardWalk::pipelined) << what;
+  }
+  // the published rule and counting runs walk numerics tiles in the one-warpgroup kernel, however long
+  opt.policy = ShiftPolicy::paper;
+  EXPECT_EQ(plan_forward(forward_args({2, 4, 8192, 8192, 64}), opt).kernel, one_warpgroup);
 }
 
 TEST(LaunchPlan, TheFastPathTestAgreesWithTheKernelsCompileTimeOne) {
@@ -225,8 +255,9 @@ TEST(LaunchPlan, BackwardIndexRangesAreCheckedOnce) {
 }
 
 // The forward's grid (heads in y, batch in z: at most 65535) and its kernels' 32-bit ranges (q_len
-// and k_len rounded up to 128, k_len to tile_k); each shape crosses one of them by one, beside a
-// shape one below it (check_forward_index_ranges in plan.cpp).
+// and k_len rounded up to kForwardMaxBlock = 192, k_len to tile_k, the warp-specialized kernel's
+// tiles); each shape crosses one of them by one, beside a shape one below it
+// (check_forward_index_ranges in plan.cpp).
 TEST(LaunchPlan, ForwardIndexRangesAreCheckedOnce) {
   AttentionOptions opt;
   opt.device = Device::cuda;
@@ -236,15 +267,21 @@ TEST(LaunchPlan, ForwardIndexRangesAreCheckedOnce) {
   EXPECT_EQ(message({1, 65535, 64, 64, 64}), "");
   EXPECT_NE(message({65536, 1, 64, 64, 64}).find("batch (the grid's z) must be at most 65535"), std::string::npos);
   EXPECT_EQ(message({65535, 1, 64, 64, 64}), "");
-  // 2^31 - 127 rounds up to 2^31 (computed without int overflow); 2^31 - 128 is a whole number of 128s
-  EXPECT_NE(message({1, 1, kMaxInt - 126, 64, 64}).find("q_len rounded up to CTAs of 128 rows"), std::string::npos);
+  // 2^31 - 127 rounds up past 2^31 (computed without int overflow); 2^31 - 128 = 192 (2^24 - 1) / 3
+  // is a whole number of 192s
+  static_assert(kForwardMaxBlock == 192, "the lengths below");
+  EXPECT_NE(message({1, 1, kMaxInt - 126, 64, 64}).find("q_len rounded up to the largest CTA"), std::string::npos);
   EXPECT_EQ(message({1, 1, kMaxInt - 127, 64, 64}), "");
-  EXPECT_NE(message({1, 1, 64, kMaxInt - 126, 64}).find("k_len rounded up to steps of 128 keys"), std::string::npos);
+  EXPECT_NE(message({1, 1, 64, kMaxInt - 126, 64}).find("k_len rounded up to the largest key step"), std::string::npos);
   EXPECT_EQ(message({1, 1, 64, kMaxInt - 127, 64}), "");
   // the numerics-tile walk steps to the first key of the tile after the last
   opt.tile_k = 1024;
   EXPECT_NE(message({1, 1, 64, kMaxInt - 1022, 64}).find("k_len rounded up to whole key tiles (tile_k)"), std::string::npos);
   EXPECT_EQ(message({1, 1, 64, kMaxInt - 1023, 64}), "");
+  opt.tile_k = 0;
+  // the warp-specialized kernel's tiles, counted in blocks of 64 rows: 2^14 per head of 2^20 rows
+  EXPECT_NE(message({32768, 4, 1 << 20, 64, 64}).find("batch * heads * blocks of 64 query rows (the tiles)"), std::string::npos);
+  EXPECT_EQ(message({32767, 4, 1 << 20, 64, 64}), "");
 }
 
 TEST(LaunchPlan, ArgumentChecksNameTheField) {

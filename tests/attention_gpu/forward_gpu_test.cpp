@@ -68,6 +68,15 @@ std::vector<FwdCase> fused_cases() {
   for (int t : {17, 1025}) out.push_back({2, 1, t, t, 128, true, bhtd, standard, 1.0});
   out.push_back({1, 1, 4097, 4097, 128, true, bhtd, standard, 1.0});
   out.push_back({1, 1, 4097, 4097, 64, false, bhtd, standard, 1.0});
+  // D = 64 causal rows of >= 1,024 keys on average: the warp-specialized kernel (plan_forward; full
+  // attention takes it past 128 keys, as the shapes above do)
+  out.push_back({1, 1, 4097, 4097, 64, true, bhtd, standard, 1.0});
+  out.push_back({1, 2, 300, 4097, 64, true, bthd, ShiftPolicy::hashed_offset, 1.0});
+  out.push_back({2, 1, 2100, 2100, 64, false, bthd, ShiftPolicy::fixed_offset, 5.0});
+  // more tiles than an H200 has SMs (132): persistent CTAs walk a second and third round, the last
+  // one partial (causal tiles heaviest first, full ones head by head)
+  out.push_back({1, 70, 200, 2048, 64, false, bthd, ShiftPolicy::hashed_offset, 1.0});
+  out.push_back({2, 16, 1100, 1100, 128, true, bthd, ShiftPolicy::hashed_offset, 1.0});
   // Tq != Tk (bottom-right causal; Tq > Tk leaves fully masked rows), [B, T, H, D]
   out.push_back({2, 3, 97, 300, 64, true, bthd, standard, 1.0});
   out.push_back({2, 3, 300, 97, 128, true, bthd, standard, 1.0});

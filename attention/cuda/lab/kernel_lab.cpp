@@ -18,8 +18,9 @@ int main(int argc, char** argv) {
   CLI::App app("kernel_lab: TFLOP/s and the oracle check of the CUDA attention's comparison kernels");
   cli::AttentionBenchConfig config;
   std::string forward = "production", backward = "production";
-  app.add_option("--forward-kernel", forward, "production, mma (mma.sync), wgmma-1wg (one warpgroup at D = 128), wgmma-serial "
-                                              "(no softmax / P V overlap)")
+  app.add_option("--forward-kernel", forward, "production, mma (mma.sync), wgmma-1wg (one warpgroup), wgmma-serial "
+                                              "(no softmax / P V overlap), wgmma-ws (warp-specialized, D = 64 too), wgmma-ws-tiles (the same, one CTA "
+                                              "per tile), wgmma-ws-free (persistent, no turns)")
       ->capture_default_str();
   app.add_option("--backward-kernel", backward, "production, mma (mma.sync)")->capture_default_str();
   bool backward_parts = false;

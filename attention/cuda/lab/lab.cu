@@ -14,6 +14,9 @@ std::optional<ForwardChoice> parse_forward_choice(std::string_view name) {
   if (name == "mma") return ForwardChoice::mma_sync;
   if (name == "wgmma-1wg") return ForwardChoice::one_warpgroup;
   if (name == "wgmma-serial") return ForwardChoice::serial;
+  if (name == "wgmma-ws") return ForwardChoice::warp_specialized;
+  if (name == "wgmma-ws-tiles") return ForwardChoice::warp_specialized_per_tile;
+  if (name == "wgmma-ws-free") return ForwardChoice::warp_specialized_free;
   return std::nullopt;
 }
 std::optional<BackwardChoice> parse_backward_choice(std::string_view name) {
@@ -26,6 +29,9 @@ std::string to_string(ForwardChoice c) {
     case ForwardChoice::mma_sync: return "mma";
     case ForwardChoice::one_warpgroup: return "wgmma-1wg";
     case ForwardChoice::serial: return "wgmma-serial";
+    case ForwardChoice::warp_specialized: return "wgmma-ws";
+    case ForwardChoice::warp_specialized_per_tile: return "wgmma-ws-tiles";
+    case ForwardChoice::warp_specialized_free: return "wgmma-ws-free";
     case ForwardChoice::production: break;
   }
   return "production";
@@ -44,7 +50,14 @@ void forward_with(ForwardChoice choice, const ForwardArgs& a, const AttentionOpt
     });
     return;
   }
-  if (choice != ForwardChoice::production) plan.kernel = ForwardKernel::one_warpgroup;
+  if (choice == ForwardChoice::warp_specialized || choice == ForwardChoice::warp_specialized_per_tile ||
+      choice == ForwardChoice::warp_specialized_free) {
+    if (plan.walk == ForwardWalk::pipelined) plan.kernel = ForwardKernel::warp_specialized;
+    plan.persistent = choice != ForwardChoice::warp_specialized_per_tile;
+    plan.consumer_turns = choice != ForwardChoice::warp_specialized_free;
+  } else if (choice != ForwardChoice::production) {
+    plan.kernel = ForwardKernel::one_warpgroup;
+  }
   if (choice == ForwardChoice::serial && plan.walk == ForwardWalk::pipelined) plan.walk = ForwardWalk::steps;
   execute_forward(a, opt, plan, [&](const ForwardParams& p, cudaStream_t stream) {
     with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_forward<D, kPaper>(p, plan, stream); });
