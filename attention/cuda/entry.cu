@@ -177,6 +177,7 @@ void execute_forward(const ForwardArgs& a, const AttentionOptions& opt, const Fo
   p.policy = opt.policy_params;
   p.walk = static_cast<int>(plan.walk);
   p.consumer_turns = plan.consumer_turns;
+  if (plan.kernel == ForwardKernel::warp_specialized && plan.schedule == TileSchedule::dynamic) p.tile_counters = next_tile_counters(stream);
   if (plan.tensor_maps) {
     const int kv_heads = s.resolved_kv_heads();
     p.tma_q = tensor_map("q", a.q, s, s.heads, s.q_len, p.q_strides);

@@ -13,10 +13,12 @@
 // forward_pipelined_walk, the same code the one-warpgroup kernel runs, fed by ProducerFeed, which
 // also makes the consumers take turns issuing their products.
 //
-// Persistent (the launch's choice, ForwardPlan::persistent): one CTA per SM walks tile after tile
-// (WsTileOrder), so a consumer's next Q and the next tile's K/V land while it stores the last
-// tile's outputs, and the barrier set-up and register hand-over happen once per SM, not per tile.
-// A grid with a CTA per tile runs the same code for one round (the kernel lab's comparison).
+// Persistent (the plan's TileSchedule): one CTA per SM walks tile after tile (WsTileOrder), so a
+// consumer's next Q and the next tile's K/V land while it stores the last tile's outputs, and the
+// barrier set-up and register hand-over happen once per SM, not per tile. The next tile comes
+// from a global counter (dynamic: a CTA that drew short causal tiles takes more) or is fixed in
+// advance (rounds). A grid with a CTA per tile runs the same code for one round (the kernel lab's
+// comparison).
 //
 // Shared memory (WsForwardTraits::SharedStorage): Q of each consumer [64, D], the K and V stages,
 // O and residual staging tiles per consumer, the barriers.
@@ -98,18 +100,28 @@ struct ProducerFeed {
 
 // The tiles (batch, head, block of kRows query rows) and which CTA takes which: in round r a CTA
 // takes tile r * gridDim.x + its place in the grid, counted from the other end in odd rounds.
-// Causal tiles go heaviest first (the blocks of late rows, which see the most keys, of every
-// head), so the rounds' back-and-forth gives every CTA a fair share of long and short tiles and
-// the launch ends on short ones; full-attention tiles go head by head, whose blocks read the same
-// K/V while it is in L2.
-template <int kRows>
+// Full-attention tiles go head by head: a head's blocks read the same K/V while it is in L2.
+// Causal tiles go in sections of heads whose K/V fit in kL2Budget (FlashAttention-3's
+// longest-first order): within a section the heaviest blocks (late rows, which see the most keys)
+// first, each block of all the section's heads in a row. The CTAs running at once then share the
+// K/V of a few heads through L2 (heaviest-first over all heads streamed it from HBM for each CTA:
+// -15% at 8 x 16 heads of 4,096 keys, D = 128), and the rounds' back-and-forth gives every CTA a
+// fair share of long and short tiles.
+template <int kRows, int kHeadDim>
 struct WsTileOrder {
-  int blocks, batch_heads, heads, tiles;
+  // Of the H100's and H200's 50 MB; measured with the dynamic schedule over 10 causal shapes, 8 MB
+  // beat 1 and 32 MB at 8 of them (by up to 5%; docs/benchmarks.md).
+  static constexpr long long kL2Budget = 8ll << 20;
+  int blocks, batch_heads, heads, tiles, section;
   bool causal;
 
   __device__ explicit WsTileOrder(const ForwardParams& p)
       : blocks((p.q_len + kRows - 1) / kRows), batch_heads(p.batch * p.heads), heads(p.heads),
-        tiles(blocks * batch_heads), causal(p.causal != 0) {}  // tiles < 2^31: check_forward_index_ranges
+        tiles(blocks * batch_heads), causal(p.causal != 0) {  // tiles < 2^31: check_forward_index_ranges
+    // K and V, BF16, of one query head (grouped-query heads share theirs)
+    const long long kv_bytes = (4ll * kHeadDim * max(p.k_len, 1) + p.kv_group - 1) / p.kv_group;
+    section = causal ? int(max(1ll, min(kL2Budget / kv_bytes, (long long)batch_heads))) : 1;
+  }
 
   __device__ int tile(int round) const {
     const int g = gridDim.x, place = round & 1 ? g - 1 - blockIdx.x : blockIdx.x;
@@ -119,9 +131,14 @@ struct WsTileOrder {
     int m0, h, b;
   };
   __device__ Tile at(int t) const {
-    const int block = causal ? blocks - 1 - t / batch_heads : t % blocks;
-    const int bh = causal ? t % batch_heads : t / blocks;
-    return {block * kRows, bh % heads, bh / heads};
+    if (!causal) {
+      const int bh = t / blocks;
+      return {(t % blocks) * kRows, bh % heads, bh / heads};
+    }
+    const int first_head = t / (section * blocks) * section, r = t % (section * blocks);
+    const int width = min(section, batch_heads - first_head);  // the last section may be narrower
+    const int bh = first_head + r % width;
+    return {(blocks - 1 - r / width) * kRows, bh % heads, bh / heads};
   }
 };
 
@@ -135,25 +152,34 @@ __device__ __forceinline__ int steps_of_rows(const ForwardParams& p, int m0) {
   return (cta_keys<kRows, Traits::kBlockK, false>(p, m0).n_keys + Traits::kBlockK - 1) / Traits::kBlockK;
 }
 
-// The producer: per tile, Q of every consumer once the consumer is done with its previous Q, then
-// K_j and V_j for every step, each into its stage as soon as the consumers have handed the stage's
-// previous tile back. K_j goes before V_j: the consumers need K_(j+1) before V_j (S_(j+1) is issued
-// ahead of P_j V_j).
+// The producer: per round the tile (fixed, or the next from the dynamic schedule's counter) into
+// shared memory, once every consumer is done with its previous Q and so has read the last tile's
+// number; then Q of every consumer, K_j and V_j for every step, each into its stage as soon as the
+// consumers have handed the stage's previous tile back. K_j goes before V_j: the consumers need
+// K_(j+1) before V_j (S_(j+1) is issued ahead of P_j V_j). Past the last tile the Q barriers
+// complete without a copy: the consumers read the end and leave.
 template <class Traits>
-__device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTileOrder<Traits::kCtaRows>& order,
-                                              const ProducerFeed<Traits>& feed, std::uint32_t s_q) {
-  constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK, S = kWsForwardStages;
+__device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTileOrder<Traits::kCtaRows, Traits::kHeadDim>& order,
+                                              const ProducerFeed<Traits>& feed, std::uint32_t s_q, volatile int* shared_tile) {
+  constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK, S = kWsForwardStages, C = Traits::kConsumers;
   int position = 0;  // in the K/V ring
   for (int round = 0;; ++round) {
-    const int tile = order.tile(round);
-    if (tile >= order.tiles) return;
+    int tile = order.tile(0);  // round 0 is the same in both schedules: CTA i takes tile i
+    if (round > 0) {
+#pragma unroll
+      for (int c = 0; c < C; ++c) mbar_wait(feed.bars.q_empty(c), (round - 1) & 1);
+      tile = p.tile_counters ? int(gridDim.x) + atomicAdd(p.tile_counters, 1) : order.tile(round);
+    }
+    *shared_tile = tile;  // before the barriers' arrivals (release), read after their waits (acquire)
+    if (tile >= order.tiles) {
+#pragma unroll
+      for (int c = 0; c < C; ++c) mbar_arrive(feed.bars.q(c));
+      break;
+    }
     const auto [m0, h, b] = order.at(tile);
     const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
 #pragma unroll
-    for (int c = 0; c < Traits::kConsumers; ++c) {
-      if (round > 0) mbar_wait(feed.bars.q_empty(c), (round - 1) & 1);
-      load_tile<D, 64>(&p.tma_q, s_q + c * Traits::kSmemQ, m0 + 64 * c, h, b, feed.bars.q(c));
-    }
+    for (int c = 0; c < C; ++c) load_tile<D, 64>(&p.tma_q, s_q + c * Traits::kSmemQ, m0 + 64 * c, h, b, feed.bars.q(c));
     const int total = steps_of_rows<Traits::kCtaRows, Traits>(p, m0);
     for (int j = 0; j < total; ++j, ++position) {
       const int s = position % S, use = position / S;
@@ -162,6 +188,12 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
       if (use > 0) mbar_wait(feed.bars.v_empty(s), (use - 1) & 1);
       load_tile<D, BK>(&p.tma_v, feed.s_v0 + s * Traits::kSmemKV, j * BK, kv_h, b, feed.bars.v_full(s));
     }
+  }
+  // The launch's last CTA to finish taking tiles zeroes the counters for a later launch (every CTA
+  // took its last tile before counting itself done).
+  if (p.tile_counters) {
+    __threadfence();
+    if (atomicAdd(p.tile_counters + 1, 1) == int(gridDim.x) - 1) atomicExch(p.tile_counters, 0), atomicExch(p.tile_counters + 1, 0);
   }
 }
 
@@ -176,7 +208,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   constexpr int C = Traits::kConsumers;
   const std::uint32_t s_q = smem_u32(shared.q), s_o = smem_u32(shared.o), s_res = smem_u32(shared.residual);
   const ProducerFeed<Traits> feed{smem_u32(shared.k), smem_u32(shared.v), WsBarriers<C>{smem_u32(shared.barriers)}};
-  const WsTileOrder<Traits::kCtaRows> order(p);
+  const WsTileOrder<Traits::kCtaRows, Traits::kHeadDim> order(p);
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < C; ++i) mbar_init(feed.bars.q(i), 1), mbar_init(feed.bars.q_empty(i), 128);  // every consumer thread
@@ -194,7 +226,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform (see the wgmma backward)
   if (wg == 0) {
     release_registers<Traits::kProducerRegisters>();
-    if (threadIdx.x == 0) produce_tiles<Traits>(p, order, feed, s_q);
+    if (threadIdx.x == 0) produce_tiles<Traits>(p, order, feed, s_q, &shared.tile);
     return;
   }
   claim_registers<Traits::kConsumerRegisters>();
@@ -209,13 +241,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
     if (c == 0) named_barrier_arrive(tile_feed.turn_bar, 256);  // the first turn is consumer 0's
   }
   for (int round = 0;; ++round) {
-    const int tile = order.tile(round);
+    mbar_wait(feed.bars.q(c), round & 1);
+    const int tile = *static_cast<volatile int*>(&shared.tile);
     if (tile >= order.tiles) break;
     const auto [m0, h, b] = order.at(tile);
     const int m0c = m0 + 64 * c, total = steps_of_rows<Traits::kCtaRows, Traits>(p, m0);
     const int own = steps_of_rows<64, Traits>(p, m0c);
     Rows rows(p, nullptr, nullptr, b, h, m0c + warp * 16 + lane / 4, warp * 16 + lane / 4);
-    mbar_wait(feed.bars.q(c), round & 1);
     forward_pipelined_walk<D, BK>(p, rows, tile_feed, own, last_key(m0c, p.q_len, p.k_len, p.causal != 0), t, s_qc);
     mbar_arrive(feed.bars.q_empty(c));  // the walk's products are complete: the next Q may land
     // The tile's steps past this consumer's rows, handed back once landed (an arrival before the

@@ -57,7 +57,8 @@ struct ForwardParams {
   PolicyParams policy;
   int walk;          // ForwardWalk (plan.hpp): the plan's walk over the keys
   int store_by_tma;  // wgmma kernel: o (and o_residual) written by bulk copies (tma_o*); 0: element-wise
-  int consumer_turns;  // warp-specialized kernel: the consumers issue their products in turns (ProducerFeed)
+  int consumer_turns;
+  int* tile_counters;  // warp-specialized kernel: {next tile, CTAs done} (next_tile_counters); null: fixed rounds  // warp-specialized kernel: the consumers issue their products in turns (ProducerFeed)
 };
 
 struct BackwardParams {
@@ -178,7 +179,7 @@ struct WsForwardTraits {
   static constexpr int kDimTiles = kHeadDim / 8;
   // setmaxnreg budgets, 128 x (producer + kConsumers x consumer) <= 65536. A consumer holds S
   // (kBlockK / 2), O (D / 2) and P (kBlockK / 4) registers per thread: 160 at D = 128, 128 at 64.
-  static constexpr int kProducerRegisters = kConsumers == 3 ? 24 : 40;
+  static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : 40;
   static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 232;
   static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536, "the SM's register file");
   static constexpr int kSmemQ = 64 * kHeadDim * 2;        // one consumer's Q (and its O staging)
@@ -192,6 +193,7 @@ struct WsForwardTraits {
     std::uint16_t o[kConsumers][64 * kHeadDim];
     std::uint16_t residual[kConsumers][64 * kHeadDim];
     std::uint64_t barriers[2 * kConsumers + 4 * kWsForwardStages];  // WsBarriers
+    int tile;  // the round's tile: the producer's choice, read by the consumers
   };
   static_assert(offsetof(SharedStorage, k) % 1024 == 0 && offsetof(SharedStorage, o) % 1024 == 0 &&
                     offsetof(SharedStorage, residual) % 1024 == 0 &&

@@ -56,6 +56,15 @@ inline int multiprocessors() {
   return sms;
 }
 
+// The dynamic tile schedule's counters for one launch of the warp-specialized forward: a pair
+// {next tile, CTAs done} that is zero, and that the launch's last CTA zeroes again (so no memset
+// per call). The current device's pairs are allocated at the first call and taken in turn, so
+// launches in flight at once on several streams never share one (a captured CUDA graph keeps the
+// pair of the launch it captured; its replays run one after another on their stream). Null where
+// the stream is capturing before the device's pairs exist: no allocation inside a capture, the
+// kernel falls back to fixed rounds.
+int* next_tile_counters(cudaStream_t stream);
+
 // Raises a kernel's dynamic shared-memory limit (past the 48 KB default) once per process.
 template <class Kernel>
 void allow_smem(Kernel kernel, int bytes) {

@@ -48,6 +48,13 @@ enum class ForwardKernel {
 bool takes_warp_specialized_forward(const AttentionShape& shape, bool causal);
 double mean_visible_keys(const AttentionShape& shape, bool causal);
 
+// How the warp-specialized kernel's CTAs take their tiles (forward_ws_kernel.cuh).
+enum class TileSchedule {
+  per_cta,  // kernel lab: one CTA per tile, handed out by the hardware
+  rounds,   // one CTA per SM; CTA i's tile of round r fixed in advance (WsTileOrder::tile)
+  dynamic,  // one CTA per SM; a CTA's next tile from a counter (next_tile_counters; rounds where none)
+};
+
 struct ForwardPlan {
   // template flags: launch_forward<head_dim, paper>, the policy struct (with_shift_policy)
   int head_dim = 0;
@@ -55,9 +62,7 @@ struct ForwardPlan {
   ShiftPolicy policy = ShiftPolicy::standard;
   ForwardWalk walk = ForwardWalk::units;
   ForwardKernel kernel = ForwardKernel::one_warpgroup;
-  // warp_specialized: one CTA per SM walking tile after tile (false: one CTA per tile, the kernel
-  // lab's comparison)
-  bool persistent = true;
+  TileSchedule schedule = TileSchedule::dynamic;  // warp_specialized
   bool consumer_turns = true;  // warp_specialized: the consumers issue their products in turns
   bool count_events = false;  // ForwardArgs::ties or head_ties: a counter record per query head in the workspace
   bool store_by_tma = false;  // o (and o_residual) rows 16-byte aligned: the epilogue's bulk stores

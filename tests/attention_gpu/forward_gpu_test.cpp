@@ -191,6 +191,39 @@ TEST(FusedForwardGpu, EveryHeadGetsTheBitsItGetsAlone) {
   }
 }
 
+// The warp-specialized forward's dynamic tile schedule takes its counters in turn from 256 pairs
+// per device, and each launch's last CTA zeroes its pair again (next_tile_counters): 300 launches
+// reuse pairs, and each must still compute every tile (fresh poisoned outputs, every element
+// written, bit for bit the first launch's).
+TEST(FusedForwardGpu, EveryLaunchOfTheTileScheduleComputesEveryTile) {
+  SF_REQUIRE_GPU();
+  const AttentionShape s{1, 140, 256, 256, 128};  // 280 tiles of 128 rows, more than SMs
+  const Inputs in = random_inputs(s, Layout::bhtd, 5150);
+  AttentionOptions opt = fused_causal_with_residual(ShiftPolicy::standard);
+  opt.device = Device::cuda;
+  const auto nq = std::size_t(s.q_elements()), nk = std::size_t(s.k_elements());
+  GuardedBuffer<bf16> q(nq, in.q), k(nk, in.k), v(nk, in.v);
+  std::vector<bf16> first;
+  for (int launch = 0; launch < 300; ++launch) {
+    GuardedBuffer<bf16> o(nq), r(nq);
+    GuardedBuffer<float> lse(std::size_t(s.rows()));
+    ForwardArgs fa;
+    fa.shape = s, fa.layout = in.layout, fa.q = q.get(), fa.k = k.get(), fa.v = v.get();
+    fa.o = o.get(), fa.o_residual = r.get(), fa.lse = lse.get();
+    attention_forward(fa, opt);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_TRUE(o.intact(true)) << "launch " << launch << ": every output element written";
+    const std::vector<bf16> got = o.download();
+    if (launch == 0) {
+      first = got;
+      continue;
+    }
+    std::int64_t differing = 0;
+    for (std::size_t i = 0; i < nq; ++i) differing += got[i].bits != first[i].bits;
+    ASSERT_EQ(differing, 0) << "launch " << launch << " vs the first";
+  }
+}
+
 TEST(FusedForwardGpu, RoundBitsRoundTheOutput) {
   SF_REQUIRE_GPU();
   const AttentionShape s{1, 2, 150, 150, 64};

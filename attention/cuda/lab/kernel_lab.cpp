@@ -19,8 +19,8 @@ int main(int argc, char** argv) {
   cli::AttentionBenchConfig config;
   std::string forward = "production", backward = "production";
   app.add_option("--forward-kernel", forward, "production, mma (mma.sync), wgmma-1wg (one warpgroup), wgmma-serial "
-                                              "(no softmax / P V overlap), wgmma-ws (warp-specialized, D = 64 too), wgmma-ws-tiles (the same, one CTA "
-                                              "per tile), wgmma-ws-free (persistent, no turns)")
+                                              "(no softmax / P V overlap), wgmma-ws (warp-specialized, D = 64 too), wgmma-ws-rounds (tiles fixed in "
+                                              "advance), wgmma-ws-tiles (one CTA per tile), wgmma-ws-free (no turns)")
       ->capture_default_str();
   app.add_option("--backward-kernel", backward, "production, mma (mma.sync)")->capture_default_str();
   bool backward_parts = false;

@@ -15,6 +15,7 @@ std::optional<ForwardChoice> parse_forward_choice(std::string_view name) {
   if (name == "wgmma-1wg") return ForwardChoice::one_warpgroup;
   if (name == "wgmma-serial") return ForwardChoice::serial;
   if (name == "wgmma-ws") return ForwardChoice::warp_specialized;
+  if (name == "wgmma-ws-rounds") return ForwardChoice::warp_specialized_rounds;
   if (name == "wgmma-ws-tiles") return ForwardChoice::warp_specialized_per_tile;
   if (name == "wgmma-ws-free") return ForwardChoice::warp_specialized_free;
   return std::nullopt;
@@ -30,6 +31,7 @@ std::string to_string(ForwardChoice c) {
     case ForwardChoice::one_warpgroup: return "wgmma-1wg";
     case ForwardChoice::serial: return "wgmma-serial";
     case ForwardChoice::warp_specialized: return "wgmma-ws";
+    case ForwardChoice::warp_specialized_rounds: return "wgmma-ws-rounds";
     case ForwardChoice::warp_specialized_per_tile: return "wgmma-ws-tiles";
     case ForwardChoice::warp_specialized_free: return "wgmma-ws-free";
     case ForwardChoice::production: break;
@@ -50,10 +52,11 @@ void forward_with(ForwardChoice choice, const ForwardArgs& a, const AttentionOpt
     });
     return;
   }
-  if (choice == ForwardChoice::warp_specialized || choice == ForwardChoice::warp_specialized_per_tile ||
-      choice == ForwardChoice::warp_specialized_free) {
+  if (choice == ForwardChoice::warp_specialized || choice == ForwardChoice::warp_specialized_rounds ||
+      choice == ForwardChoice::warp_specialized_per_tile || choice == ForwardChoice::warp_specialized_free) {
     if (plan.walk == ForwardWalk::pipelined) plan.kernel = ForwardKernel::warp_specialized;
-    plan.persistent = choice != ForwardChoice::warp_specialized_per_tile;
+    if (choice == ForwardChoice::warp_specialized_rounds) plan.schedule = TileSchedule::rounds;
+    if (choice == ForwardChoice::warp_specialized_per_tile) plan.schedule = TileSchedule::per_cta;
     plan.consumer_turns = choice != ForwardChoice::warp_specialized_free;
   } else if (choice != ForwardChoice::production) {
     plan.kernel = ForwardKernel::one_warpgroup;

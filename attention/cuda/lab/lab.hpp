@@ -17,15 +17,16 @@ enum class ForwardChoice {
   one_warpgroup,  // the one-warpgroup wgmma kernel where the plan picks the warp-specialized one (D = 128 fast path)
   serial,         // the one-warpgroup kernel without the softmax / P V overlap (ForwardWalk::steps)
   warp_specialized,  // the warp-specialized kernel wherever the plan takes the fast path (D = 64 too)
-  warp_specialized_per_tile,  // the same with one CTA per tile (not persistent)
-  warp_specialized_free,      // the same, persistent, without the consumers' turns
+  warp_specialized_rounds,    // the same with tiles fixed in advance (TileSchedule::rounds)
+  warp_specialized_per_tile,  // the same with one CTA per tile (TileSchedule::per_cta)
+  warp_specialized_free,      // the same without the consumers' turns
 };
 enum class BackwardChoice {
   production,  // the wgmma backward
   mma_sync,    // lab/backward_mma_kernel.cuh: FlashAttention-2 style, row-major dQ workspace
 };
 
-// Names: production, mma, wgmma-1wg, wgmma-serial, wgmma-ws, wgmma-ws-tiles, wgmma-ws-free (the former STABLEFLASH_FORWARD_KERNEL values);
+// Names: production, mma, wgmma-1wg, wgmma-serial, wgmma-ws, wgmma-ws-rounds, wgmma-ws-tiles, wgmma-ws-free (the former STABLEFLASH_FORWARD_KERNEL values);
 // production, mma (STABLEFLASH_BACKWARD_KERNEL).
 std::optional<ForwardChoice> parse_forward_choice(std::string_view name);
 std::optional<BackwardChoice> parse_backward_choice(std::string_view name);
