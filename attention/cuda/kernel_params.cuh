@@ -162,9 +162,9 @@ struct WgmmaForwardTraits {
 // kConsumers consumer warpgroups of 64 query rows (the m64 of a wgmma) sharing 128-key K/V tiles
 // in a ring of kWsForwardStages (FlashAttention-3's tiles: 3 x 64 rows at D = 64, where the
 // softmax's ALU work needs more warps per SM, 2 x 64 at D = 128). kRowTiles / kKeyTiles /
-// kDimTiles / kPaper are what ForwardRows reads. Only D = 128 is built: at D = 64 the
-// one-warpgroup kernel with 4 CTAs per SM was faster on the H200 (16,12,1024,64 causal / full,
-// TFLOP/s: 1 warpgroup 246 / 316, 2 consumers 201 / 289, 3 consumers 189 / 301; commit a34a6af+).
+// kDimTiles / kPaper are what ForwardRows reads. Both head dims are built; the plan runs the
+// one-warpgroup kernel (4 CTAs per SM) instead at D = 64 on short causal rows, where it is faster
+// (takes_warp_specialized_forward).
 inline constexpr int kWsForwardStages = 2;
 template <int kHeadDim_>
 struct WsForwardTraits {
