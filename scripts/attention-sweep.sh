@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The attention sweep of issue 12 on the GPU machine: our attention (the default, fused + standard
-# shift + compensated δ, and the same with the rounded δ: the cure's cost) beside the PyTorch peers
+# The attention sweep of issue 12 on the GPU machine: our attention (the trainer's default, read from
+# `stableflash train --print-config`: today fused + standard shift + compensated δ; and the same with
+# the rounded δ: the cure's cost) beside the PyTorch peers
 # (shared/peers/torch_peers.py `attention`: SDPA cuDNN and SDPA flash = FlashAttention-2) over a grid
 # of shapes: B·H 8 to 512, T 128 to 16384 (1000 and 4097 are not multiples of 128), D 64 and 128,
 # causal and full, plus the four benchmark shapes. All timed as device-check.sh times them (median
@@ -101,7 +102,8 @@ start=$(date +%s)
 step() { echo; echo "=== $* ($(date +%T), $(( $(date +%s) - start )) s)"; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader | tee "$W/device.txt"
-commit=$(git log -1 --format=%H 2>/dev/null || echo unknown)
+# the commit the binaries were built from (device-check.sh pack records it)
+commit=$(head -1 "$BIN/built-from.txt" 2>/dev/null || echo unknown)
 default_policy=$("$BIN"/stableflash train --print-config | sed -n 's/^attention\.default\.policy=//p')
 default_delta=$("$BIN"/stableflash train --print-config | sed -n 's/^attention\.default\.delta_source=//p')
 echo "default attention: fused, policy ${default_policy:?}, delta_source ${default_delta:?}; the cure's cost: $default_delta vs rounded δ"

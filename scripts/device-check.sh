@@ -61,6 +61,10 @@ if [ "${1:-}" = "pack" ]; then
   else
     echo "note: no wheel in build-cuda/wheel (scripts/build-wheel.sh); the --python part will have nothing to install" >&2
   fi
+  # The commit the binaries were built from (the GPU machine's copy of the repository may carry an
+  # older history): what device.txt and the sweep's table name
+  git rev-parse HEAD >"$BIN/built-from.txt" 2>/dev/null || echo unknown >"$BIN/built-from.txt"
+  if git status --porcelain --untracked-files=no 2>/dev/null | grep -q .; then echo "uncommitted changes" >>"$BIN/built-from.txt"; fi
   # One archive to carry: the binaries share most of their bytes (the attention kernels), which xz
   # finds (about 18 MB for five binaries of 23 MB each).
   tar -C "$BIN" -cf - . | xz -6 >"$BIN.tar.xz"
@@ -104,7 +108,7 @@ step() { echo; echo "=== $* ($(date +%T))"; }
 
 step "device"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/device.txt"
-git log -1 --format='commit %H %cd' 2>/dev/null | tee -a "$OUT/device.txt"
+echo "binaries built from $(tr '\n' ' ' 2>/dev/null <"$BIN/built-from.txt" || echo 'an unrecorded commit')" | tee -a "$OUT/device.txt"
 
 if [ $tests = 1 ]; then
   step "GPU tests"

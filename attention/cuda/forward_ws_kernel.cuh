@@ -36,7 +36,8 @@
 namespace stableflash::attention::cuda {
 
 // Warpgroup register budgets (setmaxnreg, CUTLASS's wrappers; all warps of a warpgroup execute
-// it). The kernel starts at 65536 / 384 = 168 per thread; the producer needs a handful.
+// it). The kernel starts at 65536 / kThreads per thread (168 at D = 128, 128 at D = 64); the
+// producer needs a few dozen.
 #if defined(__CUDA_ARCH__) && !CUDA_CTA_RECONFIG_ACTIVATED
 #error "the warp-specialized forward needs setmaxnreg (sm_90a): CUTLASS's wrappers would be no-ops"
 #endif
@@ -103,10 +104,10 @@ struct ProducerFeed {
 // Full-attention tiles go head by head: a head's blocks read the same K/V while it is in L2.
 // Causal tiles go in sections of heads whose K/V fit in kL2Budget (FlashAttention-3's
 // longest-first order): within a section the heaviest blocks (late rows, which see the most keys)
-// first, each block of all the section's heads in a row. The CTAs running at once then share the
-// K/V of a few heads through L2 (heaviest-first over all heads streamed it from HBM for each CTA:
-// -15% at 8 x 16 heads of 4,096 keys, D = 128), and the rounds' back-and-forth gives every CTA a
-// fair share of long and short tiles.
+// first, each block of all the section's heads in a row, so the CTAs running at once share the
+// K/V of a few heads through L2 (heaviest-first over all heads was 15% slower at 8 x 16 heads of
+// 4,096 keys, D = 128). With fixed rounds, their back-and-forth gives every CTA a share of long
+// and short tiles; the dynamic schedule balances by itself.
 template <int kRows, int kHeadDim>
 struct WsTileOrder {
   // Of the H100's and H200's 50 MB; measured with the dynamic schedule over 10 causal shapes, 8 MB
@@ -254,8 +255,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
     // copy landed could count towards the stage's previous use and free it early).
     // Their turns are taken and passed on too: the turns go round the consumers once per step.
     for (int j = own; j < total; ++j) {
-      tile_feed.wait_k(j), tile_feed.take_turn(), tile_feed.pass_turn(), tile_feed.release_k(j);
-      tile_feed.wait_v(j), tile_feed.release_v(j);
+      tile_feed.wait_k(j);
+      tile_feed.take_turn();
+      tile_feed.pass_turn();
+      tile_feed.release_k(j);
+      tile_feed.wait_v(j);
+      tile_feed.release_v(j);
     }
     tile_feed.first += total;
 

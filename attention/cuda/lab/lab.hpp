@@ -14,7 +14,7 @@ namespace stableflash::attention::cuda::lab {
 enum class ForwardChoice {
   production,     // the plan's kernel
   mma_sync,       // lab/forward_mma_kernel.cuh: FlashAttention-2 style, mma.sync, 128 rows per CTA
-  one_warpgroup,  // the one-warpgroup wgmma kernel where the plan picks the warp-specialized one (D = 128 fast path)
+  one_warpgroup,  // the one-warpgroup wgmma kernel where the plan picks the warp-specialized one
   serial,         // the one-warpgroup kernel without the softmax / P V overlap (ForwardWalk::steps)
   warp_specialized,  // the warp-specialized kernel wherever the plan takes the fast path (D = 64 too)
   warp_specialized_rounds,    // the same with tiles fixed in advance (TileSchedule::rounds)
@@ -26,8 +26,8 @@ enum class BackwardChoice {
   mma_sync,    // lab/backward_mma_kernel.cuh: FlashAttention-2 style, row-major dQ workspace
 };
 
-// Names: production, mma, wgmma-1wg, wgmma-serial, wgmma-ws, wgmma-ws-rounds, wgmma-ws-tiles, wgmma-ws-free (the former STABLEFLASH_FORWARD_KERNEL values);
-// production, mma (STABLEFLASH_BACKWARD_KERNEL).
+// Names: production, mma, wgmma-1wg, wgmma-serial (the former STABLEFLASH_FORWARD_KERNEL values),
+// wgmma-ws, wgmma-ws-rounds, wgmma-ws-tiles, wgmma-ws-free; production, mma (STABLEFLASH_BACKWARD_KERNEL).
 std::optional<ForwardChoice> parse_forward_choice(std::string_view name);
 std::optional<BackwardChoice> parse_backward_choice(std::string_view name);
 std::string to_string(ForwardChoice c);
