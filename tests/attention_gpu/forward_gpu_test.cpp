@@ -73,8 +73,8 @@ std::vector<FwdCase> fused_cases() {
   out.push_back({1, 1, 4097, 4097, 64, true, bhtd, standard, 1.0});
   out.push_back({1, 2, 300, 4097, 64, true, bthd, ShiftPolicy::hashed_offset, 1.0});
   out.push_back({2, 1, 2100, 2100, 64, false, bthd, ShiftPolicy::fixed_offset, 5.0});
-  // more tiles than an H200 has SMs (132): persistent CTAs walk a second and third round, the last
-  // one partial (causal tiles heaviest first, full ones head by head)
+  // more tiles than an H200 has SMs (132: 140 and 288 tiles): persistent CTAs take several tiles
+  // each (causal tiles heaviest first, full ones head by head)
   out.push_back({1, 70, 200, 2048, 64, false, bthd, ShiftPolicy::hashed_offset, 1.0});
   out.push_back({2, 16, 1100, 1100, 128, true, bthd, ShiftPolicy::hashed_offset, 1.0});
   // Tq != Tk (bottom-right causal; Tq > Tk leaves fully masked rows), [B, T, H, D]
