@@ -1,5 +1,6 @@
 # Sourced by the scripts that run the packed programs on the GPU machine, from the repository root:
 #   . scripts/device-libs.sh && use_device_libraries "$BIN"
+# (require_devbin_program below first, for a script that runs one packed program)
 # puts on LD_LIBRARY_PATH the devbin's own libraries, the CUDA toolkit's and the GPU image's
 # cuBLASLt, NCCL and CUDA runtime (the nvidia-* wheels beside PyTorch: the versions the binaries
 # were seen running with). Once: a script called by another that did it leaves the path alone.
@@ -8,4 +9,15 @@ use_device_libraries() {
   [[ ":${LD_LIBRARY_PATH:-}:" == *":$PWD/$bin:"* ]] && return 0
   image_libs=$(python3 -c 'import nvidia, os; r = os.path.dirname(nvidia.__path__[0]); print(":".join(os.path.join(r, "nvidia", d, "lib") for d in ("cublas", "nccl", "cu13")))' 2>/dev/null)
   export LD_LIBRARY_PATH="$PWD/$bin:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# Unpacks $bin.tar.xz (what device-check.sh pack makes and what travels) into $bin unless
+# $bin/$program is there already; ends the script, naming what to build, if it is still missing.
+require_devbin_program() {
+  local bin=$1 program=$2
+  if [ ! -x "$bin/$program" ] && [ -f "$bin.tar.xz" ]; then
+    mkdir -p "$bin" && tar -C "$bin" -xJf "$bin.tar.xz" || { echo "cannot unpack $bin.tar.xz" >&2; exit 2; }
+  fi
+  [ -x "$bin/$program" ] ||
+    { echo "no $bin/$program: build it (ninja -C build-cuda $program) and run scripts/device-check.sh pack" >&2; exit 2; }
 }

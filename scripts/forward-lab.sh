@@ -15,13 +15,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
-if [ ! -x "$BIN/kernel_lab" ] && [ -f "$BIN.tar.xz" ]; then
-  mkdir -p "$BIN" && tar -C "$BIN" -xJf "$BIN.tar.xz" || { echo "cannot unpack $BIN.tar.xz" >&2; exit 2; }
-fi
-[ -x "$BIN/kernel_lab" ] || { echo "no $BIN/kernel_lab: build it (ninja -C build-cuda kernel_lab) and run scripts/device-check.sh pack" >&2; exit 2; }
 OUT=${OUT:-/tmp/stableflash-device}
 mkdir -p "$OUT"
-. scripts/device-libs.sh && use_device_libraries "$BIN"
+. scripts/device-libs.sh && require_devbin_program "$BIN" kernel_lab && use_device_libraries "$BIN"
 variants=("$@")
 [ ${#variants[@]} -gt 0 ] || variants=(production wgmma-1wg wgmma-ws-rounds wgmma-ws-tiles)
 # The sweep's causal shapes where the schedules differed most, the GPT-2 shape, and full attention

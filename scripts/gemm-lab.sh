@@ -11,13 +11,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
-if [ ! -x "$BIN/gemm_lab" ] && [ -f "$BIN.tar.xz" ]; then
-  mkdir -p "$BIN" && tar -C "$BIN" -xJf "$BIN.tar.xz" || { echo "cannot unpack $BIN.tar.xz" >&2; exit 2; }
-fi
-[ -x "$BIN/gemm_lab" ] || { echo "no $BIN/gemm_lab: build it (ninja -C build-cuda gemm_lab) and run scripts/device-check.sh pack" >&2; exit 2; }
 OUT=${OUT:-/tmp/stableflash-device}
 mkdir -p "$OUT"
-. scripts/device-libs.sh && use_device_libraries "$BIN"
+. scripts/device-libs.sh && require_devbin_program "$BIN" gemm_lab && use_device_libraries "$BIN"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
 "$BIN"/gemm_lab "$@" 2>&1 | tee "$OUT/gemm-lab.txt"
 exit "${PIPESTATUS[0]}"
