@@ -199,8 +199,9 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
   }
 }
 
-// The epilogue: O (and the residual) staged in the SW128 layout in the K buffers, which no
-// product reads any more, then written by bulk tensor copies in whole 128-byte lines (rows past
+// The epilogue: O (and the residual) staged in the SW128 layout at s_o (s_r): the one-warpgroup
+// kernel's K buffers, which no product reads any more, or the warp-specialized consumer's own
+// staging tiles; then written by bulk tensor copies in whole 128-byte lines (rows past
 // Tq are clipped by the copy engine); lse and the counters directly. Thread stores into the
 // swizzled rows hit 32 different banks. `leader` issues the copies after `sync` (the warpgroup's
 // threads wait for each other). With kWaitReads the leader waits until the copies have read the

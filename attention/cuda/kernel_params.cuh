@@ -57,8 +57,8 @@ struct ForwardParams {
   PolicyParams policy;
   int walk;          // ForwardWalk (plan.hpp): the plan's walk over the keys
   int store_by_tma;  // wgmma kernel: o (and o_residual) written by bulk copies (tma_o*); 0: element-wise
-  int consumer_turns;
-  int* tile_counters;  // warp-specialized kernel: {next tile, CTAs done} (next_tile_counters); null: fixed rounds  // warp-specialized kernel: the consumers issue their products in turns (ProducerFeed)
+  int consumer_turns;  // warp-specialized kernel: the consumers issue their products in turns (ProducerFeed)
+  int* tile_counters;  // warp-specialized kernel: {next tile, CTAs done} (next_tile_counters); null: fixed rounds
 };
 
 struct BackwardParams {
@@ -182,7 +182,7 @@ struct WsForwardTraits {
   static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : 40;
   static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 232;
   static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536, "the SM's register file");
-  static constexpr int kSmemQ = 64 * kHeadDim * 2;        // one consumer's Q (and its O staging)
+  static constexpr int kSmemQ = 64 * kHeadDim * 2;        // one consumer's Q (and its O, residual staging tiles)
   static constexpr int kSmemKV = kBlockK * kHeadDim * 2;  // a K or V stage
   // Shared memory, tiles in the SW128 layout. The epilogue stages a consumer's O and residual in
   // tiles of their own, so the producer can load the consumer's next Q while it stores.
