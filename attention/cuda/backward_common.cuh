@@ -50,10 +50,23 @@ __device__ __forceinline__ void mask_transposed_scores(const BackwardParams& p, 
     }
 }
 
-// P and dS of four accumulator elements at the mode's rounding points: element e is query
-// q_local + (e % 2) of the block and key key + 8 (e / 2), masked entries already -inf
-// (mask_transposed_scores). Both backward kernels (mma.sync and wgmma) lay their fragments out
-// this way and share this code.
+// P of one score and dS of one (P, dP) pair at the mode's rounding points, masked scores already
+// -inf (mask_transposed_scores): exp(-inf) = 0, so dS = 0 there too. Split so that the wgmma
+// backward forms P while the tensor cores still compute dP^T; the mma.sync kernel calls both
+// through probs_and_dscores.
+template <bool kPaper>
+__device__ __forceinline__ float prob_of_score(const BackwardParams& p, float s, float lse) {
+  if constexpr (kPaper) return paper::prob(paper::score(s, p.scale), lse);
+  return fused::prob_fast(fused::score(s, p.scale), lse);
+}
+template <bool kPaper>
+__device__ __forceinline__ float dscore_of(const BackwardParams& p, float prob, float dpt, float delta) {
+  if constexpr (kPaper) return paper::dscore(prob, paper::dprob(dpt), delta, p.scale);
+  return fused::dscore(prob, dpt, delta);
+}
+
+// P and dS of four accumulator elements: element e is query q_local + (e % 2) of the block and key
+// key + 8 (e / 2). Both backward kernels (mma.sync and wgmma) lay their fragments out this way.
 template <bool kPaper>
 __device__ __forceinline__ void probs_and_dscores(const BackwardParams& p, const float (&s)[4], const float (&dpt)[4],
                                                   int q_local, const float* s_lse, const float* s_delta, float (&pv)[4],
@@ -61,16 +74,8 @@ __device__ __forceinline__ void probs_and_dscores(const BackwardParams& p, const
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const int ql = q_local + (e & 1);
-    float prob, dp;
-    if constexpr (kPaper) {
-      prob = paper::prob(paper::score(s[e], p.scale), s_lse[ql]);  // exp(-inf) = 0 where masked
-      dp = paper::dprob(dpt[e]);
-    } else {
-      prob = fused::prob_fast(fused::score(s[e], p.scale), s_lse[ql]);
-      dp = dpt[e];
-    }
-    pv[e] = prob;
-    dsv[e] = kPaper ? paper::dscore(prob, dp, s_delta[ql], p.scale) : fused::dscore(prob, dp, s_delta[ql]);
+    pv[e] = prob_of_score<kPaper>(p, s[e], s_lse[ql]);
+    dsv[e] = dscore_of<kPaper>(p, pv[e], dpt[e], s_delta[ql]);
   }
 }
 

@@ -113,6 +113,10 @@ struct WsTileOrder {
   // Of the H100's and H200's 50 MB; measured with the dynamic schedule over 10 causal shapes, 8 MB
   // beat 1 and 32 MB at 8 of them (by up to 5%; docs/benchmarks.md).
   static constexpr long long kL2Budget = 8ll << 20;
+  // Every head in one section (heaviest blocks first over all heads) when all their K/V fit in L2 at
+  // once: sections each ordered heaviest first leave the last section's heaviest tiles to the end
+  // of the schedule, which costs most where a CTA takes only a few tiles (1 x 8 heads of 4,097 keys).
+  static constexpr long long kL2Whole = 32ll << 20;
   int blocks, batch_heads, heads, tiles, section;
   bool causal;
 
@@ -121,7 +125,8 @@ struct WsTileOrder {
         tiles(blocks * batch_heads), causal(p.causal != 0) {  // tiles < 2^31: check_forward_index_ranges
     // K and V, BF16, of one query head (grouped-query heads share theirs)
     const long long kv_bytes = (4ll * kHeadDim * max(p.k_len, 1) + p.kv_group - 1) / p.kv_group;
-    section = causal ? int(max(1ll, min(kL2Budget / kv_bytes, (long long)batch_heads))) : 1;
+    const long long budget = kv_bytes * batch_heads <= kL2Whole ? kL2Whole : kL2Budget;
+    section = causal ? int(max(1ll, min(budget / kv_bytes, (long long)batch_heads))) : 1;
   }
 
   __device__ int tile(int round) const {
@@ -164,12 +169,11 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
                                               const ProducerFeed<Traits>& feed, std::uint32_t s_q, volatile int* shared_tile) {
   constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK, S = kWsForwardStages, C = Traits::kConsumers;
   int position = 0;  // in the K/V ring
+  int tile = order.tile(0);  // round 0 is the same in both schedules: CTA i takes tile i
   for (int round = 0;; ++round) {
-    int tile = order.tile(0);  // round 0 is the same in both schedules: CTA i takes tile i
     if (round > 0) {
 #pragma unroll
       for (int c = 0; c < C; ++c) mbar_wait(feed.bars.q_empty(c), (round - 1) & 1);
-      tile = p.tile_counters ? int(gridDim.x) + atomicAdd(p.tile_counters, 1) : order.tile(round);
     }
     *shared_tile = tile;  // before the barriers' arrivals (release), read after their waits (acquire)
     if (tile >= order.tiles) {
@@ -189,6 +193,11 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
       if (use > 0) mbar_wait(feed.bars.v_empty(s), (use - 1) & 1);
       load_tile<D, BK>(&p.tma_v, feed.s_v0 + s * Traits::kSmemKV, j * BK, kv_h, b, feed.bars.v_full(s));
     }
+    // The next round's tile, drawn once this tile's last copies are issued (the consumers are then
+    // a pipeline's depth from its end): the atomic's round trip runs behind their last steps, and
+    // the CTAs still draw in about the order they finish. Drawn at the tile's start (FlashAttention-3's
+    // prefetch) the first CTAs to draw were not the first to finish: 3-23% slower on causal shapes.
+    tile = p.tile_counters ? int(gridDim.x) + atomicAdd(p.tile_counters, 1) : order.tile(round + 1);
   }
   // The launch's last CTA to finish taking tiles zeroes the counters for a later launch (every CTA
   // took its last tile before counting itself done).
