@@ -256,7 +256,7 @@ void execute_backward(const BackwardArgs& a, const AttentionOptions& opt, const 
 
 void forward(const ForwardArgs& a, const AttentionOptions& opt) {
   check_supported_args(a, opt);
-  const ForwardPlan plan = plan_forward(a, opt);
+  const ForwardPlan plan = plan_forward(a, opt, multiprocessors());
   execute_forward(a, opt, plan, [&](const ForwardParams& p, cudaStream_t stream) {
     with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_forward<D, kPaper>(p, plan, stream); });
   });

@@ -161,16 +161,17 @@ struct WgmmaForwardTraits {
 // Tiles of the warp-specialized fused forward (forward_ws_kernel.cuh): a producer warpgroup and
 // kConsumers consumer warpgroups of 64 query rows (the m64 of a wgmma) sharing 128-key K/V tiles
 // in a ring of kWsForwardStages (FlashAttention-3's tiles: 3 x 64 rows at D = 64, where the
-// softmax's ALU work needs more warps per SM, 2 x 64 at D = 128). kRowTiles / kKeyTiles /
-// kDimTiles / kPaper are what ForwardRows reads. Both head dims are built; the plan runs the
-// one-warpgroup kernel (4 CTAs per SM) instead at D = 64 on short causal rows, where it is faster
-// (takes_warp_specialized_forward).
+// softmax's ALU work needs more warps per SM, 2 x 64 at D = 128; D = 64 also has a two-consumer
+// build, which the plan picks where 192-row tiles would leave consumers idle: ws_consumers_for).
+// kRowTiles / kKeyTiles / kDimTiles / kPaper are what ForwardRows reads. Both head dims are built;
+// the plan runs the one-warpgroup kernel (4 CTAs per SM) instead at D = 64 on short causal rows,
+// where it is faster (takes_warp_specialized_forward).
 inline constexpr int kWsForwardStages = 2;
-template <int kHeadDim_>
+template <int kHeadDim_, int kConsumers_ = kHeadDim_ == 64 ? 3 : 2>
 struct WsForwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kPaper = false;
-  static constexpr int kConsumers = kHeadDim == 64 ? 3 : 2;
+  static constexpr int kConsumers = kConsumers_;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kCtaRows = 64 * kConsumers;
   static constexpr int kBlockK = 128;  // keys per step (one shift per row and step)
@@ -201,6 +202,7 @@ struct WsForwardTraits {
                 "SW128 atoms are 1024-byte aligned");
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
+  static_assert(kConsumers == 2 || (kConsumers == 3 && kHeadDim == 64), "consumers: 2, or 3 at D = 64 (registers, shared memory)");
   static_assert(kSmemBytes <= 227 * 1024, "an SM's shared memory");
 };
 

@@ -201,7 +201,23 @@ bool takes_warp_specialized_forward(const AttentionShape& s, bool causal) {
   return mean_visible_keys(s, causal) >= kWsMinMeanCausalKeys;
 }
 
-ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt) {
+int ws_consumers_for(const AttentionShape& s, int sms) {
+  if (s.head_dim != 64) return 2;
+  // The cost of C consumers: the rounds of tiles over the persistent grid (the last round's idle
+  // CTAs count; causal too, where a CTA's longest tile bounds a short schedule) times a tile's time.
+  // A two-consumer tile takes kTwoConsumerTile of a three-consumer one for two thirds of its rows
+  // (measured at 2,16,8192,64 full, where both fill their rounds: 359 against 445 TFLOP/s, 0.79 of
+  // the rate per row, docs/benchmarks.md): two pay where three leave most of a round idle, as with
+  // 1 x 8 heads of 4,097 rows (176 tiles of 192 rows on 132 SMs) or a single short round.
+  constexpr double kTwoConsumerTile = 0.84;
+  const auto rounds = [&](int consumers) {
+    const std::int64_t tiles = std::int64_t(s.batch) * s.heads * blocks(s.q_len, 64 * consumers);
+    return (tiles + sms - 1) / sms;
+  };
+  return kTwoConsumerTile * double(rounds(2)) < double(rounds(3)) ? 2 : 3;
+}
+
+ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int sms) {
   ForwardPlan plan;
   plan.head_dim = a.shape.head_dim;
   plan.paper = opt.numerics == Numerics::paper;
@@ -211,6 +227,7 @@ ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt) {
   plan.kernel = plan.walk == ForwardWalk::pipelined && takes_warp_specialized_forward(a.shape, opt.causal)
                     ? ForwardKernel::warp_specialized
                     : ForwardKernel::one_warpgroup;
+  if (plan.kernel == ForwardKernel::warp_specialized) plan.ws_consumers = ws_consumers_for(a.shape, sms);
   // the epilogue's bulk stores need 16-byte aligned output rows; others are stored element-wise
   plan.store_by_tma = rows_aligned(a.o, a.o_strides(), 16) && (!a.o_residual || rows_aligned(a.o_residual, a.o_strides(), 16));
   return plan;

@@ -63,14 +63,22 @@ struct ForwardPlan {
   ForwardWalk walk = ForwardWalk::units;
   ForwardKernel kernel = ForwardKernel::one_warpgroup;
   TileSchedule schedule = TileSchedule::dynamic;  // warp_specialized
+  int ws_consumers = 0;  // warp_specialized: consumer warpgroups of 64 rows per CTA (ws_consumers_for)
   bool consumer_turns = true;  // warp_specialized: the consumers issue their products in turns
   bool count_events = false;  // ForwardArgs::ties or head_ties: a counter record per query head in the workspace
   bool store_by_tma = false;  // o (and o_residual) rows 16-byte aligned: the epilogue's bulk stores
   bool tensor_maps = true;    // q, k, v read by bulk tensor copies (every production kernel; not the lab's mma.sync)
 };
 
+// The warp-specialized forward's consumers per CTA: 2 at D = 128; at D = 64 three (192-row tiles,
+// each K/V tile shared three ways) unless two take less time over the persistent grid of `sms`
+// CTAs, where three would leave most of a round idle (plan.cpp says how it is counted).
+int ws_consumers_for(const AttentionShape& shape, int sms);
+
 // The plan of a call whose arguments passed cuda::check_supported_args.
-ForwardPlan plan_forward(const ForwardArgs& args, const AttentionOptions& options);
+// `sms`: the device's multiprocessors (the persistent grid's CTAs; the H100's and H200's 132 where
+// no device is asked, as in the CPU tests).
+ForwardPlan plan_forward(const ForwardArgs& args, const AttentionOptions& options, int sms = 132);
 
 // The backward's one workspace allocation: dQ accumulator | dQ turn counters (deterministic) |
 // delta (unless BackwardArgs::delta) | per-query-head dK | dV (grouped-query heads), each part at a

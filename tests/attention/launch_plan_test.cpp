@@ -121,6 +121,37 @@ TEST(LaunchPlan, LongRowsTakeTheWarpSpecializedForwardAtHeadDim64) {
   EXPECT_EQ(plan_forward(forward_args({2, 4, 8192, 8192, 64}), opt).kernel, one_warpgroup);
 }
 
+// The warp-specialized forward's consumers at D = 64 (ws_consumers_for): two only where three would
+// leave most of a round of the persistent grid idle. The rounds below are counted by hand from
+// the tile counts (192 or 128 rows a tile) on 132 SMs.
+TEST(LaunchPlan, TwoConsumersAtHeadDim64OnlyWhereThreeLeaveARoundIdle) {
+  struct ConsumerCase {
+    AttentionShape shape;
+    int consumers;
+  };
+  for (const ConsumerCase& c : {
+           // 8 heads x 22 tiles of 192 rows = 176: 2 rounds; 8 x 33 of 128 = 264: 2 rounds, 0.84 x 2 < 2
+           ConsumerCase{{1, 8, 4097, 4097, 64}, 2},
+           // one round either way (64 or 96 tiles): two consumers finish a round sooner
+           ConsumerCase{{2, 16, 384, 384, 64}, 2},
+           // 1,152 tiles: 9 rounds; 1,536: 12 rounds, 0.84 x 12 > 9
+           ConsumerCase{{16, 12, 1024, 1024, 64}, 3},
+           // 1,376 tiles: 11 rounds; 2,048: 16 rounds
+           ConsumerCase{{2, 16, 8192, 8192, 64}, 3},
+           // head dim 128 has two consumers only
+           ConsumerCase{{1, 8, 4097, 4097, 128}, 2},
+           ConsumerCase{{2, 16, 8192, 8192, 128}, 2}}) {
+    EXPECT_EQ(ws_consumers_for(c.shape, 132), c.consumers) << c.shape.batch << "," << c.shape.heads << "," << c.shape.q_len << ","
+                                                          << c.shape.head_dim;
+  }
+  AttentionOptions opt;
+  opt.device = Device::cuda;
+  EXPECT_EQ(plan_forward(forward_args({1, 8, 4097, 4097, 64}), opt, 132).ws_consumers, 2);
+  EXPECT_EQ(plan_forward(forward_args({2, 16, 8192, 8192, 64}), opt, 132).ws_consumers, 3);
+  // the one-warpgroup kernel has no consumers to count
+  EXPECT_EQ(plan_forward(forward_args({2, 4, 64, 64, 64}), opt, 132).ws_consumers, 0);
+}
+
 TEST(LaunchPlan, TheFastPathTestAgreesWithTheKernelsCompileTimeOne) {
   EXPECT_TRUE((kFastPathInstantiable<false, StandardShift>));
   EXPECT_TRUE((kFastPathInstantiable<false, HashedOffsetShift>));

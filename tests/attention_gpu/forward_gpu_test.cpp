@@ -76,6 +76,9 @@ std::vector<FwdCase> fused_cases() {
   // more tiles than an H200 has SMs (132: 140 and 288 tiles): persistent CTAs take several tiles
   // each (causal tiles heaviest first, full ones head by head)
   out.push_back({1, 70, 200, 2048, 64, false, bthd, ShiftPolicy::hashed_offset, 1.0});
+  // D = 64 with three consumers (ws_consumers_for: 256 tiles of 192 rows against 384 of 128, 2
+  // against 3 rounds on 132 SMs, 3 against 4 on 114); every shorter D = 64 case above runs two
+  out.push_back({1, 64, 768, 768, 64, false, bthd, ShiftPolicy::hashed_offset, 1.0});
   out.push_back({2, 16, 1100, 1100, 128, true, bthd, ShiftPolicy::hashed_offset, 1.0});
   // Tq != Tk (bottom-right causal; Tq > Tk leaves fully masked rows), [B, T, H, D]
   out.push_back({2, 3, 97, 300, 64, true, bthd, standard, 1.0});

@@ -18,6 +18,8 @@ std::optional<ForwardChoice> parse_forward_choice(std::string_view name) {
   if (name == "wgmma-ws-rounds") return ForwardChoice::warp_specialized_rounds;
   if (name == "wgmma-ws-tiles") return ForwardChoice::warp_specialized_per_tile;
   if (name == "wgmma-ws-free") return ForwardChoice::warp_specialized_free;
+  if (name == "wgmma-ws-2c") return ForwardChoice::warp_specialized_two;
+  if (name == "wgmma-ws-3c") return ForwardChoice::warp_specialized_three;
   return std::nullopt;
 }
 std::optional<BackwardChoice> parse_backward_choice(std::string_view name) {
@@ -34,6 +36,8 @@ std::string to_string(ForwardChoice c) {
     case ForwardChoice::warp_specialized_rounds: return "wgmma-ws-rounds";
     case ForwardChoice::warp_specialized_per_tile: return "wgmma-ws-tiles";
     case ForwardChoice::warp_specialized_free: return "wgmma-ws-free";
+    case ForwardChoice::warp_specialized_two: return "wgmma-ws-2c";
+    case ForwardChoice::warp_specialized_three: return "wgmma-ws-3c";
     case ForwardChoice::production: break;
   }
   return "production";
@@ -44,7 +48,7 @@ namespace {
 
 void forward_with(ForwardChoice choice, const ForwardArgs& a, const AttentionOptions& opt) {
   check_supported_args(a, opt);
-  ForwardPlan plan = plan_forward(a, opt);
+  ForwardPlan plan = plan_forward(a, opt, multiprocessors());
   if (choice == ForwardChoice::mma_sync) {
     plan.tensor_maps = false;  // cp.async loads and element-wise stores
     execute_forward(a, opt, plan, [&](const ForwardParams& p, cudaStream_t stream) {
@@ -53,8 +57,14 @@ void forward_with(ForwardChoice choice, const ForwardArgs& a, const AttentionOpt
     return;
   }
   if (choice == ForwardChoice::warp_specialized || choice == ForwardChoice::warp_specialized_rounds ||
-      choice == ForwardChoice::warp_specialized_per_tile || choice == ForwardChoice::warp_specialized_free) {
-    if (plan.walk == ForwardWalk::pipelined) plan.kernel = ForwardKernel::warp_specialized;
+      choice == ForwardChoice::warp_specialized_per_tile || choice == ForwardChoice::warp_specialized_free ||
+      choice == ForwardChoice::warp_specialized_two || choice == ForwardChoice::warp_specialized_three) {
+    if (plan.walk == ForwardWalk::pipelined) {
+      plan.kernel = ForwardKernel::warp_specialized;
+      plan.ws_consumers = ws_consumers_for(a.shape, multiprocessors());
+      if (plan.head_dim == 64 && choice == ForwardChoice::warp_specialized_two) plan.ws_consumers = 2;
+      if (plan.head_dim == 64 && choice == ForwardChoice::warp_specialized_three) plan.ws_consumers = 3;
+    }
     if (choice == ForwardChoice::warp_specialized_rounds) plan.schedule = TileSchedule::rounds;
     if (choice == ForwardChoice::warp_specialized_per_tile) plan.schedule = TileSchedule::per_cta;
     plan.consumer_turns = choice != ForwardChoice::warp_specialized_free;

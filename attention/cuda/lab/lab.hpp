@@ -20,6 +20,8 @@ enum class ForwardChoice {
   warp_specialized_rounds,    // the same with tiles fixed in advance (TileSchedule::rounds)
   warp_specialized_per_tile,  // the same with one CTA per tile (TileSchedule::per_cta)
   warp_specialized_free,      // the same without the consumers' turns
+  warp_specialized_two,       // the same with two consumers at D = 64 (ForwardPlan::ws_consumers)
+  warp_specialized_three,     // the same with three consumers at D = 64
 };
 enum class BackwardChoice {
   production,  // the wgmma backward
@@ -27,7 +29,7 @@ enum class BackwardChoice {
 };
 
 // Names: production, mma, wgmma-1wg, wgmma-serial (the former STABLEFLASH_FORWARD_KERNEL values),
-// wgmma-ws, wgmma-ws-rounds, wgmma-ws-tiles, wgmma-ws-free; production, mma (STABLEFLASH_BACKWARD_KERNEL).
+// wgmma-ws, wgmma-ws-rounds, wgmma-ws-tiles, wgmma-ws-free, wgmma-ws-2c, wgmma-ws-3c; production, mma (STABLEFLASH_BACKWARD_KERNEL).
 std::optional<ForwardChoice> parse_forward_choice(std::string_view name);
 std::optional<BackwardChoice> parse_backward_choice(std::string_view name);
 std::string to_string(ForwardChoice c);
