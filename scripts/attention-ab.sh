@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Kernel A/B in one device call: two or more builds of the attention (variants) timed alternately
+# by `stableflash bench attention` on the same shapes, twice round, with a table of each variant's
+# TFLOP/s and its ratio to the first; the GPU tests and compute-sanitizer memcheck / racecheck on
+# the variants asked for. The way every "Result (H200, one call, binaries alternating twice)" of
+# docs/benchmarks.md' kernel history is measured: within one call the machine is the same, and the
+# alternation shows the spread between runs next to the difference between variants.
+#
+#   here (no GPU), after each build to compare:
+#     scripts/attention-ab.sh pack NAME        # .ab/NAME.tar.xz: stableflash, attention_gpu_tests,
+#                                              # kernel_lab and their libraries from build-cuda
+#   GPU machine (carry .ab):
+#     scripts/attention-ab.sh [--tests NAME[,NAME]] [--lab NAME] NAME1 NAME2 [NAME3 ...]
+#   AB_SHAPES="BxHxTxD:causal|full,..." replaces the shapes; AB_POLICY (default hashed_offset) and
+#   AB_DELTA (default compensated) the options; --lab also runs scripts/forward-lab.sh on that
+#   variant (FORWARD_LAB_SHAPES, FORWARD_LAB_VARIANTS as there).
+#
+# Output: the table on stdout and in $OUT/attention-ab.md, each run's bench output in
+# $OUT/ab-NAME-ROUND.txt, the test and sanitizer logs (default OUT=/tmp/stableflash-device); exit
+# status 1 if a test, a sanitizer or a run failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+AB=.ab
+
+if [ "${1:-}" = "pack" ]; then
+  name=${2:?usage: scripts/attention-ab.sh pack NAME}
+  [[ "$name" =~ ^[A-Za-z0-9_-]+$ ]] || { echo "pack: NAME must be letters, digits, - or _ (got '$name')" >&2; exit 2; }
+  bins="build-cuda/stableflash build-cuda/tests/attention_gpu/attention_gpu_tests build-cuda/kernel_lab"
+  for b in $bins; do [ -x "$b" ] || { echo "pack: no $b (ninja -C build-cuda stableflash attention_gpu_tests kernel_lab)" >&2; exit 2; }; done
+  dir=$(mktemp -d) && trap 'rm -rf "$dir"' EXIT
+  cp $bins "$dir"/ && strip "$dir"/* 2>/dev/null
+  # the libraries the GPU image may lack, as device-check.sh pack copies them
+  for b in $bins; do
+    ldd "$b" | awk '$3 ~ /^\// {print $3}' |
+      grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' |
+      grep -vE '/lib(cublas|cublasLt|nccl)\.so' |
+      while read -r lib; do cp -L "$lib" "$dir"/; done
+  done
+  { git rev-parse HEAD; git status --porcelain --untracked-files=no | grep -q . && echo "uncommitted changes"; } >"$dir/built-from.txt" 2>/dev/null
+  mkdir -p "$AB" && tar -C "$dir" -cf - . | xz -6 -T2 >"$AB/$name.tar.xz" || exit 1
+  du -h "$AB/$name.tar.xz"
+  exit 0
+fi
+
+tests=() lab= variants=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tests) IFS=, read -r -a tests <<<"${2:?--tests NAME[,NAME]}"; shift 2 ;;
+    --lab) lab=${2:?--lab NAME}; shift 2 ;;
+    -*) echo "unknown option: $1" >&2; exit 2 ;;
+    *) variants+=("$1"); shift ;;
+  esac
+done
+[ ${#variants[@]} -ge 2 ] || { echo "usage: scripts/attention-ab.sh [--tests NAME[,NAME]] [--lab NAME] NAME1 NAME2 [...]" >&2; exit 2; }
+OUT=${OUT:-/tmp/stableflash-device}
+mkdir -p "$OUT"
+for v in "${variants[@]}" "${tests[@]}" ${lab:+"$lab"}; do
+  [ -x "$AB/$v/stableflash" ] && continue
+  [ -f "$AB/$v.tar.xz" ] || { echo "no $AB/$v.tar.xz: scripts/attention-ab.sh pack $v (here) and carry $AB" >&2; exit 2; }
+  mkdir -p "$AB/$v" && tar -C "$AB/$v" -xJf "$AB/$v.tar.xz" || { echo "cannot unpack $AB/$v.tar.xz" >&2; exit 2; }
+done
+. scripts/device-libs.sh && use_device_libraries "$AB/${variants[0]}"
+status=0
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+for v in "${variants[@]}"; do echo "$v: built from $(tr '\n' ' ' <"$AB/$v/built-from.txt")"; done
+
+for v in "${tests[@]}"; do
+  echo "=== $v: GPU tests ($(date +%T))"
+  timeout 420 "$AB/$v"/attention_gpu_tests --gtest_brief=1 >"$OUT/ab-tests-$v.log" 2>&1 || { echo "GPU tests of $v failed"; status=1; }
+  grep -E "^\[  (PASSED|FAILED)|FAILED" "$OUT/ab-tests-$v.log" | tail -20
+  small='*Tq17Tk17*:*Tq97Tk300*:*FullyMasked*:*Tq1Tk1*:*EventCounters*'  # device-check.sh's sanitizer cases
+  for tool in memcheck racecheck; do
+    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$AB/$v"/attention_gpu_tests --gtest_filter="$small" \
+      --gtest_brief=1 >"$OUT/ab-$tool-$v.log" 2>&1 || { echo "compute-sanitizer $tool of $v failed"; status=1; }
+    tail -1 "$OUT/ab-$tool-$v.log"
+  done
+done
+
+# The benchmark shapes, the sweep's weakest and the persistent forward's corner cases (few tiles per
+# SM, T not a multiple of the tiles)
+shapes=${AB_SHAPES:-16x12x1024x64:causal,16x12x1024x64:full,8x16x4096x128:causal,2x16x16384x128:causal,1x8x4097x64:causal,1x8x4097x64:full,1x8x4097x128:causal,8x16x1000x128:full,2x16x2048x128:full,32x16x2048x64:causal,32x16x2048x128:causal,2x16x8192x64:full}
+echo "=== bench, ${#variants[@]} variants alternating twice ($(date +%T))"
+files=()
+for round in 1 2; do
+  for v in "${variants[@]}"; do
+    "$AB/$v"/stableflash bench attention --shapes "$shapes" --numerics fused --policy "${AB_POLICY:-hashed_offset}" \
+      --delta-source "${AB_DELTA:-compensated}" --windows 5 --no-check >"$OUT/ab-$v-$round.txt" 2>&1 ||
+      { echo "bench of $v (round $round) failed"; status=1; }
+  done
+done
+for v in "${variants[@]}"; do files+=("$OUT/ab-$v-1.txt" "$OUT/ab-$v-2.txt"); done
+# bench rows: "B,H,T,D  mask  numerics  policy  delta  fwd_ms  fwd_TFLOP/s  bwd_ms  bwd_TFLOP/s  check"
+{
+  echo "TFLOP/s per variant (round 1, round 2; in parentheses the mean's ratio to ${variants[0]}), policy ${AB_POLICY:-hashed_offset}, δ ${AB_DELTA:-compensated}"
+  echo
+  printf '| shape | mask | pass |'; printf ' %s |' "${variants[@]}"; echo
+  printf '|---|---|---|'; printf -- '---|%.0s' "${variants[@]}"; echo
+  awk -v nv=${#variants[@]} 'FNR == 1 { f++ } /^[0-9]+,/ { k = $1 " | " $2; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+                                                        F[k, f] = $7; B[k, f] = $9 }
+    function row(k, pass, A,   line, v, a, base) {
+      base = A[k, 1] + A[k, 2]; line = "| " k " | " pass " |"
+      for (v = 0; v < nv; v++) { a = 2 * v + 1
+        line = line sprintf(" %.1f, %.1f", A[k, a], A[k, a + 1]) (v > 0 && base > 0 ? sprintf(" (%.3f)", (A[k, a] + A[k, a + 1]) / base) : "") " |" }
+      return line }
+    END { for (i = 1; i <= n; i++) { print row(order[i], "fwd", F); print row(order[i], "bwd", B) } }' "${files[@]}"
+} | tee "$OUT/attention-ab.md"
+
+if [ -n "$lab" ]; then
+  echo "=== forward lab on $lab ($(date +%T))"
+  read -r -a lab_variants <<<"${FORWARD_LAB_VARIANTS:-production wgmma-ws wgmma-1wg}"
+  OUT="$OUT" STABLEFLASH_DEVBIN="$AB/$lab" scripts/forward-lab.sh "${lab_variants[@]}" || status=1
+fi
+echo "=== done (status $status, $(date +%T))"
+exit $status
