@@ -228,6 +228,7 @@ ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int 
                     ? ForwardKernel::warp_specialized
                     : ForwardKernel::one_warpgroup;
   if (plan.kernel == ForwardKernel::warp_specialized) plan.ws_consumers = ws_consumers_for(a.shape, sms);
+  plan.sms = sms;
   // the epilogue's bulk stores need 16-byte aligned output rows; others are stored element-wise
   plan.store_by_tma = rows_aligned(a.o, a.o_strides(), 16) && (!a.o_residual || rows_aligned(a.o_residual, a.o_strides(), 16));
   return plan;

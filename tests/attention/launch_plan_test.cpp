@@ -148,6 +148,8 @@ TEST(LaunchPlan, TwoConsumersAtHeadDim64OnlyWhereThreeLeaveARoundIdle) {
   opt.device = Device::cuda;
   EXPECT_EQ(plan_forward(forward_args({1, 8, 4097, 4097, 64}), opt, 132).ws_consumers, 2);
   EXPECT_EQ(plan_forward(forward_args({2, 16, 8192, 8192, 64}), opt, 132).ws_consumers, 3);
+  // the SM count is the plan's: the launch sizes the persistent grid from it
+  EXPECT_EQ(plan_forward(forward_args({1, 8, 4097, 4097, 64}), opt, 114).sms, 114);
   // the one-warpgroup kernel has no consumers to count
   EXPECT_EQ(plan_forward(forward_args({2, 4, 64, 64, 64}), opt, 132).ws_consumers, 0);
 }

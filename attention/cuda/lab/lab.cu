@@ -61,7 +61,7 @@ void forward_with(ForwardChoice choice, const ForwardArgs& a, const AttentionOpt
       choice == ForwardChoice::warp_specialized_two || choice == ForwardChoice::warp_specialized_three) {
     if (plan.walk == ForwardWalk::pipelined) {
       plan.kernel = ForwardKernel::warp_specialized;
-      plan.ws_consumers = ws_consumers_for(a.shape, multiprocessors());
+      plan.ws_consumers = ws_consumers_for(a.shape, plan.sms);
       if (plan.head_dim == 64 && choice == ForwardChoice::warp_specialized_two) plan.ws_consumers = 2;
       if (plan.head_dim == 64 && choice == ForwardChoice::warp_specialized_three) plan.ws_consumers = 3;
     }
