@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The attention sweep's table, summary and plots, from its JSONL (scripts/attention-sweep.sh).
 
-  python3 scripts/attention-sweep-plot.py attention-sweep.jsonl --out DIR [--no-plot]
+  python3 scripts/attention-sweep-plot.py attention-sweep.jsonl --out DIR [--no-plot] [--against OLD.jsonl]
   here (no matplotlib in the system Python): PYTHONPATH=.deps/python python3 scripts/attention-sweep-plot.py ...
 
 The JSONL: a meta line ({"meta": true, "default_policy", "default_delta_source", ...}), then one object
@@ -144,6 +144,41 @@ def summary(shapes, meta):
     return "; ".join(parts)
 
 
+def comparison(old, new, min_t=1000, min_change=0.05):
+    """Two sweeps side by side (each a (meta, rows) pair): from T = min_t on, ours/cuDNN forward and
+    backward (range, geometric mean, shapes at >= 1.0x) and the cure's cost (shapes within the bound,
+    largest) in each, then the shapes whose ratio moved by min_change or more."""
+    runs = []
+    for meta, rows in (old, new):
+        _, _, shapes = collect(meta, rows)
+        runs.append((meta, {k: s for k, s in shapes if k[2] >= min_t}))
+    out = [f"Against the sweep of commit {runs[0][0].get('commit', '?')[:12]} (from T = {min_t} on; old -> new):"]
+    for name, field in (("forward", "fwd_tflops"), ("backward", "bwd_tflops")):
+        stats = []
+        for _, shapes in runs:
+            xs = [x for x in (ratio(s.get("ours"), s.get("cudnn"), field) for s in shapes.values()) if x is not None]
+            gm = math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+            stats.append(f"{min(xs, default=float('nan')):.2f}-{max(xs, default=float('nan')):.2f}x cuDNN, "
+                         f"geometric mean {gm:.3f}, >= 1.0x at {sum(x >= 1.0 for x in xs)}/{len(xs)}")
+        out.append(f"- {name}: {stats[0]} -> {stats[1]}")
+    cures = []
+    for _, shapes in runs:
+        cs = [(cure(s)[0], k) for k, s in shapes.items() if cure(s) is not None]
+        top = max(cs, default=(float("nan"), None))
+        cures.append(f"<= {CURE_BOUND:.0f}% at {sum(c <= CURE_BOUND for c, _ in cs)}/{len(cs)}, largest {top[0]:+.1f}%"
+                     + (f" ({label(top[1])})" if top[1] else ""))
+    out.append(f"- the cure's cost: {cures[0]} -> {cures[1]}")
+    moved = []
+    for k in sorted(set(runs[0][1]) & set(runs[1][1]), key=lambda k: (k[3], not k[4], k[0] * k[1], k[2])):
+        a, b = runs[0][1][k], runs[1][1][k]
+        for name, field in (("fwd", "fwd_tflops"), ("bwd", "bwd_tflops")):
+            ra, rb = ratio(a.get("ours"), a.get("cudnn"), field), ratio(b.get("ours"), b.get("cudnn"), field)
+            if ra is not None and rb is not None and abs(rb - ra) >= min_change:
+                moved.append(f"{label(k)} {name} {ra:.2f} -> {rb:.2f}x (ours {a['ours'][field]:.0f} -> {b['ours'][field]:.0f} TFLOP/s)")
+    out.append(f"- moved by {min_change:.2f}x or more: " + ("; ".join(moved) if moved else "none"))
+    return "\n".join(out) + "\n"
+
+
 def plots(meta, rows, out_dir):
     try:
         import matplotlib
@@ -248,12 +283,18 @@ def main():
     ap.add_argument("jsonl")
     ap.add_argument("--out", default=".", help=f"folder for the table ({TABLE}) and the PNGs")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--against", metavar="OLD_JSONL", help="an earlier sweep's JSONL: the table ends with how the ratios moved")
     a = ap.parse_args()
     meta, rows = load(a.jsonl)
     if not rows:
         sys.exit(f"{a.jsonl}: no measurements")
     os.makedirs(a.out, exist_ok=True)
     text = table(meta, rows)
+    if a.against:
+        old = load(a.against)
+        if not old[1]:
+            sys.exit(f"{a.against}: no measurements")
+        text += "\n" + comparison(old, (meta, rows))
     with open(os.path.join(a.out, TABLE), "w") as f:
         f.write(text)
     print(text, end="")

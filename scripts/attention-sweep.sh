@@ -19,6 +19,8 @@
 # $OUT/attention-sweep.md (the table and the summary, also on stdout). Without matplotlib on the GPU machine,
 # plot here from the JSONL:
 #   PYTHONPATH=.deps/python python3 scripts/attention-sweep-plot.py attention-sweep.jsonl --out DIR
+# and with --against docs/experiments/attention-sweep-DATE/attention-sweep.jsonl, how the ratios moved
+# since an earlier sweep (from T = 1000 on: ranges, geometric means, counts, the shapes that moved).
 # Exit status 1 if an oracle check failed or a part produced nothing; reaching 1.0x cuDNN or the 3%
 # bound is reported, not enforced.
 set -uo pipefail
