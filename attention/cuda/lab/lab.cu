@@ -25,6 +25,7 @@ std::optional<ForwardChoice> parse_forward_choice(std::string_view name) {
 std::optional<BackwardChoice> parse_backward_choice(std::string_view name) {
   if (name == "production") return BackwardChoice::production;
   if (name == "mma") return BackwardChoice::mma_sync;
+  if (name == "wgmma-dqwg") return BackwardChoice::dq_warpgroup;
   return std::nullopt;
 }
 std::string to_string(ForwardChoice c) {
@@ -42,7 +43,14 @@ std::string to_string(ForwardChoice c) {
   }
   return "production";
 }
-std::string to_string(BackwardChoice c) { return c == BackwardChoice::mma_sync ? "mma" : "production"; }
+std::string to_string(BackwardChoice c) {
+  switch (c) {
+    case BackwardChoice::mma_sync: return "mma";
+    case BackwardChoice::dq_warpgroup: return "wgmma-dqwg";
+    case BackwardChoice::production: break;
+  }
+  return "production";
+}
 
 namespace {
 
@@ -82,6 +90,13 @@ void backward_with(BackwardChoice choice, const BackwardArgs& a, const Attention
   check_supported_args(a, opt);
   if (!a.dq || !a.dk || !a.dv) throw std::invalid_argument("attention_backward: dq, dk and dv outputs are required");
   const BackwardPlan plan = plan_backward(a, opt);  // its dQ workspace also holds the row-major [B, H, Tq, D]
+  if (choice == BackwardChoice::dq_warpgroup) {
+    if (opt.deterministic) throw std::invalid_argument("kernel lab wgmma-dqwg backward: no deterministic mode (production has it)");
+    execute_backward(a, opt, plan, [&](const BackwardParams& p, cudaStream_t stream) {
+      with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_dqwg_backward_main<D, kPaper>(p, stream); });
+    });
+    return;
+  }
   execute_backward(a, opt, plan, [&](const BackwardParams& p, cudaStream_t stream) {
     with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_mma_backward_main<D, kPaper>(p, stream); });
   });

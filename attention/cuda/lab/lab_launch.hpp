@@ -14,5 +14,8 @@ void launch_mma_forward(const ForwardParams& p, ShiftPolicy policy, cudaStream_t
 // the mma.sync main kernel and its row-major dQ conversion
 template <int D, bool kPaper>
 void launch_mma_backward_main(const BackwardParams& p, cudaStream_t stream);
+// the wgmma backward with a dQ warpgroup (lab/backward_dqwg_kernel.cuh) and the production dQ conversion
+template <int D, bool kPaper>
+void launch_dqwg_backward_main(const BackwardParams& p, cudaStream_t stream);
 
 }  // namespace stableflash::attention::cuda::lab
