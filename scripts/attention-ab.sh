@@ -29,13 +29,7 @@ if [ "${1:-}" = "pack" ]; then
   for b in $bins; do [ -x "$b" ] || { echo "pack: no $b (ninja -C build-cuda stableflash attention_gpu_tests kernel_lab)" >&2; exit 2; }; done
   dir=$(mktemp -d) && trap 'rm -rf "$dir"' EXIT
   cp $bins "$dir"/ && strip "$dir"/* 2>/dev/null
-  # the libraries the GPU image may lack, as device-check.sh pack copies them
-  for b in $bins; do
-    ldd "$b" | awk '$3 ~ /^\// {print $3}' |
-      grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' |
-      grep -vE '/lib(cublas|cublasLt|nccl)\.so' |
-      while read -r lib; do cp -L "$lib" "$dir"/; done
-  done
+  . scripts/device-libs.sh && copy_runtime_libraries "$dir" $bins
   { git rev-parse HEAD; git status --porcelain --untracked-files=no | grep -q . && echo "uncommitted changes"; } >"$dir/built-from.txt" 2>/dev/null
   mkdir -p "$AB" && tar -C "$dir" -cf - . | xz -6 -T2 >"$AB/$name.tar.xz" || exit 1
   du -h "$AB/$name.tar.xz"

@@ -45,14 +45,7 @@ if [ "${1:-}" = "pack" ]; then
         build-cuda/tests/optim_gpu/optim_gpu_tests build-cuda/tests/train_gpu/train_gpu_tests build-cuda/tests/train_gpu/train_probes_gpu_tests"
   cp $bins "$BIN"/
   for b in $bins; do strip "$BIN/$(basename "$b")" 2>/dev/null || true; done
-  # shared libraries the GPU image may lack (CUDA runtime, cuBLASLt, toml++, pcre2, zstd, OpenMP); the
-  # C and C++ runtimes there are newer than ours and stay the system's
-  for bin in $bins; do
-    ldd "$bin" | awk '$3 ~ /^\// {print $3}' |
-      grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' |
-      grep -vE '/lib(cublas|cublasLt|nccl)\.so' |  # hundreds of MB; the GPU image has its own (CUDA 13)
-      while read -r lib; do cp -L "$lib" "$BIN"/; done
-  done
+  . scripts/device-libs.sh && copy_runtime_libraries "$BIN" $bins
   cp "$peers_src"/*.py "$PEERS"/ || { echo "pack: cannot copy the peer scripts to $PEERS" >&2; exit 1; }
   # the Python wheel travels in the same archive (scripts/build-wheel.sh builds it)
   rm -f "$BIN"/stableflash-*.whl

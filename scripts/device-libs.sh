@@ -1,4 +1,5 @@
-# Sourced by the scripts that run the packed programs on the GPU machine, from the repository root:
+# Sourced by the scripts that run the packed programs on the GPU machine, from the repository root
+# (and by the packing steps here, for copy_runtime_libraries):
 #   . scripts/device-libs.sh && use_device_libraries "$BIN"
 # (require_devbin_program below first, for a script that runs one packed program)
 # puts on LD_LIBRARY_PATH the devbin's own libraries, the CUDA toolkit's and the GPU image's
@@ -9,6 +10,20 @@ use_device_libraries() {
   [[ ":${LD_LIBRARY_PATH:-}:" == *":$PWD/$bin:"* ]] && return 0
   image_libs=$(python3 -c 'import nvidia, os; r = os.path.dirname(nvidia.__path__[0]); print(":".join(os.path.join(r, "nvidia", d, "lib") for d in ("cublas", "nccl", "cu13")))' 2>/dev/null)
   export LD_LIBRARY_PATH="$PWD/$bin:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# Copies into $dest the shared libraries the programs link that the GPU image may lack (CUDA
+# runtime, toml++, pcre2, zstd, OpenMP); the C and C++ runtimes there are newer than ours and stay
+# the system's, and cuBLAS(Lt) and NCCL (hundreds of MB) come from the image (CUDA 13).
+copy_runtime_libraries() {
+  local dest=$1 bin
+  shift
+  for bin in "$@"; do
+    ldd "$bin" | awk '$3 ~ /^\// {print $3}' |
+      grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' |
+      grep -vE '/lib(cublas|cublasLt|nccl)\.so' |
+      while read -r lib; do cp -L "$lib" "$dest"/; done
+  done
 }
 
 # Unpacks $bin.tar.xz (what device-check.sh pack makes and what travels) into $bin unless

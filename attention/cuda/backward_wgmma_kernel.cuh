@@ -95,6 +95,64 @@ struct BackwardCtaOrder {
   }
 };
 
+// A key warpgroup's per-block steps, shared with the kernel lab's dQ-warpgroup variant
+// (lab/backward_dqwg_kernel.cuh). Element (nq, e) of st, dpt is key `key` + 8 (e / 2) of the
+// group (key = its warp's 16 keys' first + g), query 8 nq + 2t + (e % 2) of the block. (The dS
+// loop stays in each kernel: called as a function, it changed how ptxas schedules the D = 128
+// kernel, which these helpers leave instruction for instruction as measured.)
+
+// S^T = K Q^T and dP^T = V dO^T of 64 keys and a block of queries (K-major operands: step kk is 32
+// bytes into a block). kSplitScores commits S^T as its own group, so that P can be formed while
+// dP^T runs; otherwise one group.
+template <int D, bool kSplitScores, int NQ>
+__device__ __forceinline__ void issue_scores_and_dprobs(float (&st)[NQ][4], float (&dpt)[NQ][4], std::uint32_t s_k,
+                                                        std::uint32_t s_q, std::uint32_t s_v, std::uint32_t s_do) {
+  using Tile = WgmmaTile<64, D>;
+  const Sw128Desc k_desc(s_k, 16, 1024), q_desc(s_q, 16, 1024), v_desc(s_v, 16, 1024), do_desc(s_do, 16, 1024);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const std::uint32_t off = (kk / 4) * Tile::kBlockBytes + (kk % 4) * 32;
+    wgmma_ss<64>(st, k_desc.at(off), q_desc.at(off), kk > 0);
+  }
+  if constexpr (kSplitScores) wgmma_commit();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const std::uint32_t off = (kk / 4) * Tile::kBlockBytes + (kk % 4) * 32;
+    wgmma_ss<64>(dpt, v_desc.at(off), do_desc.at(off), kk > 0);
+  }
+  wgmma_commit();
+}
+
+// P at the mode's rounding points, in place of S^T (masked scores already -inf), and BF16(P) as
+// the A fragments of dV += P^T dO
+template <bool kPaper, int NQ>
+__device__ __forceinline__ void form_probs(const BackwardParams& p, float (&st)[NQ][4], std::uint32_t (&pa)[NQ / 2][4],
+                                           const float* s_lse, int t) {
+#pragma unroll
+  for (int nq = 0; nq < NQ; ++nq) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st[nq][e] = prob_of_score<kPaper>(p, st[nq][e], s_lse[nq * 8 + 2 * t + (e & 1)]);
+    pa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(st[nq][0], st[nq][1]);
+    pa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(st[nq][2], st[nq][3]);
+  }
+}
+
+// dV += BF16(P)^T dO, dK += BF16(dS)^T Q, one commit group (B MN-major: 16 queries step 2048 bytes)
+template <int D, int BQ, int DT>
+__device__ __forceinline__ void issue_dv_dk(float (&acc_dv)[DT][4], float (&acc_dk)[DT][4], const std::uint32_t (&pa)[BQ / 16][4],
+                                            const std::uint32_t (&dsa)[BQ / 16][4], std::uint32_t s_do, std::uint32_t s_q) {
+  using Tile = WgmmaTile<64, D>;
+  const Sw128Desc do_mn(s_do, Tile::kBlockBytes, 1024), q_mn(s_q, Tile::kBlockBytes, 1024);
+  wgmma_fence();
+#pragma unroll
+  for (int kq = 0; kq < BQ / 16; ++kq) {
+    wgmma_pv<D>(acc_dv, pa[kq], do_mn.at(kq * 2048));
+    wgmma_pv<D>(acc_dk, dsa[kq], q_mn.at(kq * 2048));
+  }
+  wgmma_commit();
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_backward_wgmma_kernel(const __grid_constant__ BackwardParams p) {
@@ -191,24 +249,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const std::uint32_t s_q = s_q0 + slot * kTile, s_do = s_do0 + slot * kTile;
     mbar_wait(bar_full(slot), (i >> 1) & 1);
 
-    // ---- S^T = K Q^T and dP^T = V dO^T (K-major operands: step kk is 32 bytes into a block)
+    // ---- S^T = K Q^T and dP^T = V dO^T. Head dim 64: S^T in its own group, so that P is formed
+    // while dP^T runs (+2-4% backward; at 128 it measured -2% to +1%, so there one group and P
+    // after both products)
     float st[NQ][4], dpt[NQ][4];
-    const Sw128Desc k_desc(s_k_group, 16, 1024), q_desc(s_q, 16, 1024), v_desc(s_v_group, 16, 1024), do_desc(s_do, 16, 1024);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const std::uint32_t off = (kk / 4) * Tile::kBlockBytes + (kk % 4) * 32;
-      wgmma_ss<64>(st, k_desc.at(off), q_desc.at(off), kk > 0);
-    }
-    // Head dim 64: S^T in its own group, so that P is formed while dP^T runs (+2-4% backward; at
-    // 128 it measured -2% to +1%, so there one group and P after both products)
-    if constexpr (kSplitScores) wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const std::uint32_t off = (kk / 4) * Tile::kBlockBytes + (kk % 4) * 32;
-      wgmma_ss<64>(dpt, v_desc.at(off), do_desc.at(off), kk > 0);
-    }
-    wgmma_commit();
+    issue_scores_and_dprobs<D, kSplitScores>(st, dpt, s_k_group, s_q, s_v_group, s_do);
     // while the tensor cores work: the next block's rows, and its copies once every warp is done
     // with the slot they overwrite (block i - 1's)
     const float next_rowval = qb + 1 < qb_end ? fetch_rowval(qb + 1) : 0.0f;
@@ -229,13 +274,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
     if (need_mask) mask_transposed_scores(p, st, group_k0 + key_row + g, q0, t, causal);
     std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
-#pragma unroll
-    for (int nq = 0; nq < NQ; ++nq) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) st[nq][e] = prob_of_score<kPaper>(p, st[nq][e], s_lse[nq * 8 + 2 * t + (e & 1)]);
-      pa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(st[nq][0], st[nq][1]);
-      pa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(st[nq][2], st[nq][3]);
-    }
+    form_probs<kPaper>(p, st, pa, s_lse, t);
     wgmma_wait<0>();
     fence_registers(dpt);
     const std::uint32_t s_ds_buf = s_ds + slot * 2 * kDsTile;
@@ -254,15 +293,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
     fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the barrier below
 
-    // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q (B MN-major: 16 queries step 2048 bytes)
-    const Sw128Desc do_mn(s_do, Tile::kBlockBytes, 1024), q_mn(s_q, Tile::kBlockBytes, 1024);
-    wgmma_fence();
-#pragma unroll
-    for (int kq = 0; kq < BQ / 16; ++kq) {
-      wgmma_pv<D>(acc_dv, pa[kq], do_mn.at(kq * 2048));
-      wgmma_pv<D>(acc_dk, dsa[kq], q_mn.at(kq * 2048));
-    }
-    wgmma_commit();
+    // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q
+    issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
     // the previous block's dQ reduction has read this group's dQ tile before anyone rewrites it
     if (tid == 0) bulk_wait_group_read<0>();
     if (qb + 1 < qb_end) stash_rowval(slot ^ 1, next_rowval);  // read after the next block's barriers

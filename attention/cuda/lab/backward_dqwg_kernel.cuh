@@ -222,37 +222,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     mbar_wait(bar_full(slot), (i >> 1) & 1);
 
     float st[NQ][4], dpt[NQ][4];
-    const Sw128Desc k_desc(s_k_group, 16, 1024), q_desc(s_q, 16, 1024), v_desc(s_v_group, 16, 1024), do_desc(s_do, 16, 1024);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const std::uint32_t off = (kk / 4) * Tile::kBlockBytes + (kk % 4) * 32;
-      wgmma_ss<64>(st, k_desc.at(off), q_desc.at(off), kk > 0);
-    }
-    if constexpr (kSplitScores) wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const std::uint32_t off = (kk / 4) * Tile::kBlockBytes + (kk % 4) * 32;
-      wgmma_ss<64>(dpt, v_desc.at(off), do_desc.at(off), kk > 0);
-    }
-    wgmma_commit();
+    issue_scores_and_dprobs<D, kSplitScores>(st, dpt, s_k_group, s_q, s_v_group, s_do);
     const float next_rowval = qb + 1 < qb_end ? fetch_rowval(qb + 1) : 0.0f;
     wgmma_wait<kSplitScores ? 1 : 0>();
     fence_registers(st);
 
-    // P, then dS (production's expressions and order: backward_wgmma_kernel.cuh)
+    // P, then dS (production's helpers, expressions and order: backward_wgmma_kernel.cuh)
     const float* s_lse = shared.rowvals + (wg * 2 + slot) * 2 * BQ;
     const float* s_delta = s_lse + BQ;
     const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
     if (need_mask) mask_transposed_scores(p, st, group_k0 + key_row + g, q0, t, causal);
     std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
-#pragma unroll
-    for (int nq = 0; nq < NQ; ++nq) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) st[nq][e] = prob_of_score<kPaper>(p, st[nq][e], s_lse[nq * 8 + 2 * t + (e & 1)]);
-      pa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(st[nq][0], st[nq][1]);
-      pa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(st[nq][2], st[nq][3]);
-    }
+    form_probs<kPaper>(p, st, pa, s_lse, t);
     wgmma_wait<0>();
     fence_registers(dpt);
     // the slot's dS^T buffer was last read by group 2's dQ product of block i - 2
@@ -275,15 +256,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     __syncwarp();
     if (lane == 0) mbar_arrive(bar_ds_full(slot));
 
-    // dV += BF16(P)^T dO, dK += BF16(dS)^T Q
-    const Sw128Desc do_mn(s_do, Tile::kBlockBytes, 1024), q_mn(s_q, Tile::kBlockBytes, 1024);
-    wgmma_fence();
-#pragma unroll
-    for (int kq = 0; kq < BQ / 16; ++kq) {
-      wgmma_pv<D>(acc_dv, pa[kq], do_mn.at(kq * 2048));
-      wgmma_pv<D>(acc_dk, dsa[kq], q_mn.at(kq * 2048));
-    }
-    wgmma_commit();
+    issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
     if (qb + 1 < qb_end) stash_rowval(slot ^ 1, next_rowval);
     wgmma_wait_all();
     fence_registers(pa);
