@@ -101,6 +101,43 @@ struct BackwardCtaOrder {
 // loop stays in each kernel: called as a function, it changed how ptxas schedules the D = 128
 // kernel, which these helpers leave instruction for instruction as measured.)
 
+// K and V of the CTA's 128 keys from k0 (two groups' [64, D] tiles each), on barrier bar
+template <int D>
+__device__ __forceinline__ void load_key_tiles(const BackwardParams& p, std::uint32_t s_k, std::uint32_t s_v, int k0, int kv_h, int b,
+                                               std::uint32_t bar) {
+  constexpr int kBoxBytes = 64 * 64 * 2, kBoxes = D / 64, kTile = 64 * D * 2;
+  mbar_arrive_expect_tx(bar, 4 * kBoxes * kBoxBytes);
+#pragma unroll
+  for (int grp = 0; grp < 2; ++grp)
+#pragma unroll
+    for (int x = 0; x < kBoxes; ++x) {
+      tma_load_4d(s_k + grp * kTile + x * kBoxBytes, &p.tma_k, 64 * x, k0 + grp * 64, kv_h, b, bar);
+      tma_load_4d(s_v + grp * kTile + x * kBoxBytes, &p.tma_v, 64 * x, k0 + grp * 64, kv_h, b, bar);
+    }
+}
+
+// Q and dO of query block qb (64 rows) into the tiles at s_q, s_do, on barrier bar
+template <int D>
+__device__ __forceinline__ void load_query_block(const BackwardParams& p, std::uint32_t s_q, std::uint32_t s_do, int qb, int h, int b,
+                                                 std::uint32_t bar) {
+  constexpr int kBoxBytes = 64 * 64 * 2, kBoxes = D / 64;
+  mbar_arrive_expect_tx(bar, 2 * kBoxes * kBoxBytes);
+#pragma unroll
+  for (int x = 0; x < kBoxes; ++x) {
+    tma_load_4d(s_q + x * kBoxBytes, &p.tma_q, 64 * x, qb * 64, h, b, bar);
+    tma_load_4d(s_do + x * kBoxBytes, &p.tma_do, 64 * x, qb * 64, h, b, bar);
+  }
+}
+
+// lse and delta of query block qb (64 rows) for a group's thread `tid` (r < 64: lse of row r, else
+// delta of row r - 64); rows past Tq get lse = +inf so P = 0 there. The kernels fetch them a block
+// ahead and stash them in shared memory later, so the load's latency hides behind the products.
+__device__ __forceinline__ float fetch_rowval(const BackwardParams& p, std::int64_t row_base, int qb, int tid) {
+  const int q = qb * 64 + tid % 64;
+  if (tid < 64) return q < p.q_len ? p.lse[row_base + q] : __builtin_huge_valf();
+  return q < p.q_len ? p.delta[row_base + q] : 0.0f;
+}
+
 // S^T = K Q^T and dP^T = V dO^T of 64 keys and a block of queries (K-major operands: step kk is 32
 // bytes into a block). kSplitScores commits S^T as its own group, so that P can be formed while
 // dP^T runs; otherwise one group.
@@ -159,8 +196,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr int D = Traits::kHeadDim, BQ = Traits::kBlockQ, BK = Traits::kBlockK, GK = Traits::kGroupKeys;
   constexpr int NQ = Traits::kQueryTiles, DT = Traits::kDimTiles;
   constexpr bool kPaper = Traits::kPaper, kAlternate = Traits::kDqAlternate, kSplitScores = Traits::kSplitScores;
-  constexpr float kInf = __builtin_huge_valf();
-  constexpr int kBoxBytes = 64 * 64 * 2, kBoxes = D / 64, kTile = Traits::kTile, kDsTile = Traits::kDsTile;
+  constexpr int kTile = Traits::kTile, kDsTile = Traits::kDsTile;
   using Tile = WgmmaTile<64, D>;
   using DsTile = WgmmaTile<64, 64>;
 
@@ -190,21 +226,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int dq_bar_id = 2 + wg;  // a group's dQ tile stored
 
   auto issue_query_block = [&](int qb, int slot) {
-    mbar_arrive_expect_tx(bar_full(slot), 2 * kBoxes * kBoxBytes);
-#pragma unroll
-    for (int x = 0; x < kBoxes; ++x) {
-      tma_load_4d(s_q0 + slot * kTile + x * kBoxBytes, &p.tma_q, 64 * x, qb * BQ, h, b, bar_full(slot));
-      tma_load_4d(s_do0 + slot * kTile + x * kBoxBytes, &p.tma_do, 64 * x, qb * BQ, h, b, bar_full(slot));
-    }
+    load_query_block<D>(p, s_q0 + slot * kTile, s_do0 + slot * kTile, qb, h, b, bar_full(slot));
   };
-  // lse and delta of block qb for this group (thread r < 64: lse of row r, else delta of row r - 64);
-  // rows past Tq get lse = +inf so P = 0 there. Fetched into a register a block ahead and stored to
-  // the slot later (stash_rowval), so the global load's latency hides behind that block's products.
-  auto fetch_rowval = [&](int qb) {
-    const int q = qb * BQ + tid % BQ;
-    if (tid < BQ) return q < p.q_len ? p.lse[row_base + q] : kInf;
-    return q < p.q_len ? p.delta[row_base + q] : 0.0f;
-  };
+  auto fetch_rowval = [&](int qb) { return cuda::fetch_rowval(p, row_base, qb, tid); };  // a block ahead of its stash
   auto stash_rowval = [&](int slot, float v) { shared.rowvals[(wg * 2 + slot) * 2 * BQ + tid] = v; };
 
   if (threadIdx.x == 0) {
@@ -215,14 +239,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   __syncthreads();
   if (threadIdx.x == 0) {  // inputs the delta pass before this kernel does not write
-    mbar_arrive_expect_tx(bar_kv, 4 * kBoxes * kBoxBytes);
-#pragma unroll
-    for (int grp = 0; grp < 2; ++grp)
-#pragma unroll
-      for (int x = 0; x < kBoxes; ++x) {
-        tma_load_4d(s_k + grp * kTile + x * kBoxBytes, &p.tma_k, 64 * x, k0 + grp * GK, kv_h, b, bar_kv);
-        tma_load_4d(s_v + grp * kTile + x * kBoxBytes, &p.tma_v, 64 * x, k0 + grp * GK, kv_h, b, bar_kv);
-      }
+    load_key_tiles<D>(p, s_k, s_v, k0, kv_h, b, bar_kv);
     if (qb_begin < qb_end) issue_query_block(qb_begin, 0);
   }
   // Launched as the delta pass's programmatic dependent (launch_after_previous): delta, the zeroed

@@ -77,8 +77,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr int D = Traits::kHeadDim, BQ = Traits::kBlockQ, BK = Traits::kBlockK, GK = Traits::kGroupKeys;
   constexpr int NQ = Traits::kQueryTiles, DT = Traits::kDimTiles, kDqTiles = Traits::kDqTiles;
   constexpr bool kPaper = Traits::kPaper, kSplitScores = Traits::kSplitScores;
-  constexpr float kInf = __builtin_huge_valf();
-  constexpr int kBoxBytes = 64 * 64 * 2, kBoxes = D / 64, kTile = Traits::kTile, kDsTile = Traits::kDsTile;
+  constexpr int kTile = Traits::kTile, kDsTile = Traits::kDsTile;
   using Tile = WgmmaTile<64, D>;
   using DsTile = WgmmaTile<64, 64>;
 
@@ -105,12 +104,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   constexpr int kDqGroupBarrier = 3;  // group 2's threads (named barrier); groups 0, 1 use 1 + wg
 
   auto issue_query_block = [&](int qb, int slot) {
-    mbar_arrive_expect_tx(bar_full(slot), 2 * kBoxes * kBoxBytes);
-#pragma unroll
-    for (int x = 0; x < kBoxes; ++x) {
-      tma_load_4d(s_q0 + slot * kTile + x * kBoxBytes, &p.tma_q, 64 * x, qb * BQ, h, b, bar_full(slot));
-      tma_load_4d(s_do0 + slot * kTile + x * kBoxBytes, &p.tma_do, 64 * x, qb * BQ, h, b, bar_full(slot));
-    }
+    load_query_block<D>(p, s_q0 + slot * kTile, s_do0 + slot * kTile, qb, h, b, bar_full(slot));
   };
 
   if (threadIdx.x == 0) {
@@ -123,14 +117,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   __syncthreads();
   if (threadIdx.x == 256) {  // group 2's thread 0: K, V and the first block (inputs the delta pass does not write)
-    mbar_arrive_expect_tx(bar_kv, 4 * kBoxes * kBoxBytes);
-#pragma unroll
-    for (int grp = 0; grp < 2; ++grp)
-#pragma unroll
-      for (int x = 0; x < kBoxes; ++x) {
-        tma_load_4d(s_k + grp * kTile + x * kBoxBytes, &p.tma_k, 64 * x, k0 + grp * GK, kv_h, b, bar_kv);
-        tma_load_4d(s_v + grp * kTile + x * kBoxBytes, &p.tma_v, 64 * x, k0 + grp * GK, kv_h, b, bar_kv);
-      }
+    load_key_tiles<D>(p, s_k, s_v, k0, kv_h, b, bar_kv);
     if (qb_begin < qb_end) issue_query_block(qb_begin, 0);
   }
   grid_dependency_wait();
@@ -198,11 +185,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   cutlass::arch::warpgroup_reg_alloc<Traits::kComputeRegisters>();
   const int group_k0 = k0 + wg * GK;
   const int group_barrier = 1 + wg;  // this group's 128 threads
-  auto fetch_rowval = [&](int qb) {
-    const int q = qb * BQ + tid % BQ;
-    if (tid < BQ) return q < p.q_len ? p.lse[row_base + q] : kInf;
-    return q < p.q_len ? p.delta[row_base + q] : 0.0f;
-  };
+  auto fetch_rowval = [&](int qb) { return cuda::fetch_rowval(p, row_base, qb, tid); };
   auto stash_rowval = [&](int slot, float v) { shared.rowvals[(wg * 2 + slot) * 2 * BQ + tid] = v; };
   if (qb_begin < qb_end) stash_rowval(0, fetch_rowval(qb_begin));
   named_barrier_sync(group_barrier, 128);  // the stashed rows are read by other threads of the group
