@@ -282,24 +282,39 @@ struct ForwardRows {
       std::uint32_t sp[N][2];
       pack_score_pairs(sc, sp);
       exponentiate_pairs(p, sp, sc);
+    } else if (p.normalizer_bf16) {
+      // One branch per tile, around the exponentials and the sums together: with the branch between
+      // them (per-element tests cost more), ptxas issued a step's 64 MUFU.EX2 back to back, each
+      // waiting for the special-function pipe, and the sums' additions only after them; in one
+      // basic block it can fill the pipe's gaps with them (docs/benchmarks.md).
+      exponentiate_fused<kPow2Scale, true>(p, sc);
     } else {
+      exponentiate_fused<kPow2Scale, false>(p, sc);
+    }
+  }
+
+  // fused: P-bar and the row sums (of BF16(P-bar) where kBf16Terms: normalizer = bf16), each
+  // entry added right after its exponential (the sums' order is add_row_sums').
+  template <bool kPow2Scale, bool kBf16Terms, int N>
+  __device__ void exponentiate_fused(const ForwardParams& p, float (&sc)[MR][N][4]) {
 #pragma unroll
-      for (int mi = 0; mi < MR; ++mi) {
-        float shift[2];  // the row's m; 0 for a row with no key in the unit (all its entries are -inf)
+    for (int mi = 0; mi < MR; ++mi) {
+      float shift[2];  // the row's m; 0 for a row with no key in the unit (all its entries are -inf)
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) shift[hf] = softmax.m[mi][hf] == -kInfinity ? 0.0f : softmax.m[mi][hf];
+      for (int hf = 0; hf < 2; ++hf) shift[hf] = softmax.m[mi][hf] == -kInfinity ? 0.0f : softmax.m[mi][hf];
+      float part[2];
 #pragma unroll
-        for (int nj = 0; nj < N; ++nj)
+      for (int nj = 0; nj < N; ++nj)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if constexpr (kPow2Scale) {
-              sc[mi][nj][e] = fused_pbar_pow2_scale(sc[mi][nj][e], p.scale, shift[e / 2]);
-            } else {
-              sc[mi][nj][e] = fused::pbar_fast(fused::score(sc[mi][nj][e], p.scale), shift[e / 2]);
-            }
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (kPow2Scale) {
+            sc[mi][nj][e] = fused_pbar_pow2_scale(sc[mi][nj][e], p.scale, shift[e / 2]);
+          } else {
+            sc[mi][nj][e] = fused::pbar_fast(fused::score(sc[mi][nj][e], p.scale), shift[e / 2]);
           }
-        add_row_sums(p, mi, sc);
-      }
+          add_term<kBf16Terms>(part[e / 2], nj == 0 && e % 2 == 0, sc[mi][nj][e]);
+        }
+      finish_row_sums(mi, sc, part);
     }
   }
 
@@ -318,30 +333,30 @@ struct ForwardRows {
         sc[0][nj][2 * hf + 1] = paper::exp_shifted_fast(bf16_hi(d));
       }
     }
-    add_row_sums(p, 0, sc);
+    add_row_sums<false>(0, sc);
   }
 
-  // The row sums of a tile's P-bar (paper: the unit's; fused: the running ones), and the counters'
-  // BF16(P-bar) == 1 entries.
-  template <int N>
-  __device__ void add_row_sums(const ForwardParams& p, int mi, const float (&sc)[MR][N][4]) {
-    // Each sum starts from its first term rather than 0 + it: the same value, since P-bar >= 0 and
-    // 0 + x = x for every x but -0 (one add less per row).
+  // The row sums of a tile's P-bar (paper: the unit's; fused: the running ones) or of BF16(P-bar)
+  // (kBf16Terms), and the counters' BF16(P-bar) == 1 entries. Each sum starts from its first term
+  // rather than 0 + it: the same value, since P-bar >= 0 and 0 + x = x for every x but -0 (one add
+  // less per row); then the terms in key order.
+  template <bool kBf16Terms>
+  __device__ static void add_term(float& part, bool first, float pbar) {
+    const float term = kBf16Terms ? round_bf16(pbar) : pbar;
+    part = first ? term : part + term;
+  }
+  template <bool kBf16Terms, int N>
+  __device__ void add_row_sums(int mi, const float (&sc)[MR][N][4]) {
+    static_assert(!(kPaper && kBf16Terms), "paper sums the FP32 P-bar");
     float part[2];
-    if (!kPaper && p.normalizer_bf16) {  // one branch per tile, not per element
 #pragma unroll
-      for (int nj = 0; nj < N; ++nj)
+    for (int nj = 0; nj < N; ++nj)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float term = round_bf16(sc[mi][nj][e]);
-          part[e / 2] = nj == 0 && e % 2 == 0 ? term : part[e / 2] + term;
-        }
-    } else {
-#pragma unroll
-      for (int nj = 0; nj < N; ++nj)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) part[e / 2] = nj == 0 && e % 2 == 0 ? sc[mi][nj][e] : part[e / 2] + sc[mi][nj][e];
-    }
+      for (int e = 0; e < 4; ++e) add_term<kBf16Terms>(part[e / 2], nj == 0 && e % 2 == 0, sc[mi][nj][e]);
+    finish_row_sums(mi, sc, part);
+  }
+  template <int N>
+  __device__ void finish_row_sums(int mi, const float (&sc)[MR][N][4], const float (&part)[2]) {
     events.count_ones(mi, sc);
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {

@@ -178,11 +178,16 @@ struct WsForwardTraits {
   static constexpr int kRowTiles = 1;
   static constexpr int kKeyTiles = kBlockK / 8;
   static constexpr int kDimTiles = kHeadDim / 8;
-  // setmaxnreg budgets, 128 x (producer + kConsumers x consumer) <= 65536. A consumer holds S
-  // (kBlockK / 2), O (D / 2) and P (kBlockK / 4) registers per thread: 160 at D = 128, 128 at 64.
+  // setmaxnreg budgets. The warpgroups only trade the registers the CTA started with (65536 /
+  // kThreads per thread, in steps of 8: 168 with two consumers, 128 with three), so the budgets may
+  // add up to no more: a setmaxnreg.inc that asks for more waits forever (32 / 240 / 240, 512 > 3 x
+  // 168, compiled and hung on the H200). A consumer holds S (kBlockK / 2), O (D / 2) and P (kBlockK
+  // / 4) registers per thread: 160 at D = 128, 128 at 64.
+  static constexpr int kStartRegisters = 65536 / kThreads / 8 * 8;
   static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : 40;
   static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 232;
-  static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536, "the SM's register file");
+  static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (1 + kConsumers) * kStartRegisters,
+                "setmaxnreg only moves the CTA's registers between its warpgroups");
   static constexpr int kSmemQ = 64 * kHeadDim * 2;        // one consumer's Q (and its O, residual staging tiles)
   static constexpr int kSmemKV = kBlockK * kHeadDim * 2;  // a K or V stage
   // Shared memory, tiles in the SW128 layout. The epilogue stages a consumer's O and residual in
