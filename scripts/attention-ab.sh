@@ -10,14 +10,17 @@
 #     scripts/attention-ab.sh pack NAME        # .ab/NAME.tar.xz: stableflash, attention_gpu_tests,
 #                                              # kernel_lab and their libraries from build-cuda
 #   GPU machine (carry .ab):
-#     scripts/attention-ab.sh [--tests NAME[,NAME]] [--lab NAME] NAME1 NAME2 [NAME3 ...]
+#     scripts/attention-ab.sh [--tests NAME[,NAME]] [--bits] [--lab NAME] NAME1 NAME2 [NAME3 ...]
+#   --bits: before the bench, the forward's outputs (o, lse, the residual) of NAME1 and NAME2 compared
+#   byte for byte (`stableflash attention --device cuda` on the same random inputs, D = 64 and 128,
+#   causal and full, the BF16 normalizer once): what a change that claims the same bits must show.
 #   AB_SHAPES="BxHxTxD:causal|full,..." replaces the shapes; AB_POLICY (default hashed_offset) and
 #   AB_DELTA (default compensated) the options; --lab also runs scripts/forward-lab.sh on that
 #   variant (FORWARD_LAB_SHAPES, FORWARD_LAB_VARIANTS as there).
 #
 # Output: the table on stdout and in $OUT/attention-ab.md, each run's bench output in
 # $OUT/ab-NAME-ROUND.txt, the test and sanitizer logs (default OUT=/tmp/stableflash-device); exit
-# status 1 if a test, a sanitizer or a run failed.
+# status 1 if a test, a sanitizer, a run or the byte comparison failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 AB=.ab
@@ -36,16 +39,17 @@ if [ "${1:-}" = "pack" ]; then
   exit 0
 fi
 
-tests=() lab= variants=()
+tests=() lab= variants=() bits=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests) IFS=, read -r -a tests <<<"${2:?--tests NAME[,NAME]}"; shift 2 ;;
+    --bits) bits=1; shift ;;
     --lab) lab=${2:?--lab NAME}; shift 2 ;;
     -*) echo "unknown option: $1" >&2; exit 2 ;;
     *) variants+=("$1"); shift ;;
   esac
 done
-[ ${#variants[@]} -ge 2 ] || { echo "usage: scripts/attention-ab.sh [--tests NAME[,NAME]] [--lab NAME] NAME1 NAME2 [...]" >&2; exit 2; }
+[ ${#variants[@]} -ge 2 ] || { echo "usage: scripts/attention-ab.sh [--tests NAME[,NAME]] [--bits] [--lab NAME] NAME1 NAME2 [...]" >&2; exit 2; }
 OUT=${OUT:-/tmp/stableflash-device}
 mkdir -p "$OUT"
 for v in "${variants[@]}" "${tests[@]}" ${lab:+"$lab"}; do
@@ -69,6 +73,32 @@ for v in "${tests[@]}"; do
     tail -1 "$OUT/ab-$tool-$v.log"
   done
 done
+
+if [ $bits = 1 ]; then
+  a=${variants[0]} b=${variants[1]}
+  echo "=== forward outputs of $a and $b, byte for byte ($(date +%T))"
+  python3 - "$OUT" <<'PY' || { echo "cannot write the inputs (python3 with torch and safetensors)"; status=1; }
+import sys, torch
+from safetensors.torch import save_file
+g = torch.Generator().manual_seed(7)
+for name, (B, H, T, D) in {"d128": (2, 8, 1000, 128), "d64": (2, 12, 1024, 64), "d128long": (1, 4, 2100, 128)}.items():
+    save_file({n: (torch.randn(B, H, T, D, generator=g) * 2).to(torch.bfloat16) for n in ("q", "k", "v")},
+              f"{sys.argv[1]}/ab-bits-{name}.safetensors")
+PY
+  for c in "d128 full" "d128 causal" "d64 full" "d64 causal" "d128long full" "d64 causal bf16"; do
+    read -r input mask normalizer <<<"$c"
+    rm -f "$OUT"/ab-bits-out-*.safetensors  # a failed run must not compare an earlier case's output
+    opts=(--numerics fused --policy "${AB_POLICY:-hashed_offset}" --delta-source compensated --device cuda)
+    [ "$mask" = causal ] && opts+=(--causal)
+    [ -n "$normalizer" ] && opts+=(--normalizer "$normalizer")
+    for v in "$a" "$b"; do
+      "$AB/$v"/stableflash attention "$OUT/ab-bits-$input.safetensors" -o "$OUT/ab-bits-out-$v.safetensors" "${opts[@]}" \
+        >"$OUT/ab-bits-$v.log" 2>&1 || { echo "attention of $v failed ($c)"; status=1; }
+    done
+    if cmp -s "$OUT/ab-bits-out-$a.safetensors" "$OUT/ab-bits-out-$b.safetensors"; then echo "same bytes: $c"; else echo "DIFFERENT: $c"; status=1; fi
+  done
+  rm -f "$OUT"/ab-bits-*.safetensors
+fi
 
 # The benchmark shapes, the sweep's weakest and the persistent forward's corner cases (few tiles per
 # SM, T not a multiple of the tiles)
