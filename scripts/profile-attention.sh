@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Per-instruction profile of our attention forward beside cuDNN's on the GPU machine: Nsight Compute's
+# warp-state and source counters (stall samples per SASS instruction) for one launch of each, then
+# scripts/stall_table.py's side-by-side table (instructions per step by opcode, stall reasons, the
+# opcodes that wait and on what). How the tenth session's entries in docs/benchmarks.md "Kernel
+# history" were found (the exponentials issued back to back, the producer's mbarrier spin).
+#
+#   GPU machine:  scripts/profile-attention.sh [BxHxTxD:causal|full]     # default 2x16x8192x128:full
+#   PROFILE_POLICY (default hashed_offset) and PROFILE_DELTA (default compensated) set our options;
+#   STABLEFLASH_DEVBIN the packed binaries (default build-cuda/devbin, `scripts/device-check.sh pack`).
+#
+# Output: the table on stdout and in $OUT/profile-attention.md, the reports ($OUT/profile-{ours,cudnn}.ncu-rep)
+# and their source pages as CSV (default OUT=/tmp/stableflash-device). About 30 s on an H200.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
+OUT=${OUT:-/tmp/stableflash-device}
+shape=${1:-2x16x8192x128:full}
+[[ "$shape" =~ ^([0-9]+)x([0-9]+)x([0-9]+)x(64|128):(causal|full)$ ]] ||
+  { echo "shape: BxHxTxD:causal|full with D 64 or 128 (got '$shape')" >&2; exit 2; }
+B=${BASH_REMATCH[1]} H=${BASH_REMATCH[2]} T=${BASH_REMATCH[3]} D=${BASH_REMATCH[4]} mask=${BASH_REMATCH[5]}
+mkdir -p "$OUT"
+. scripts/device-libs.sh && require_devbin_program "$BIN" stableflash && use_device_libraries "$BIN"
+command -v ncu >/dev/null || { echo "ncu (Nsight Compute) is not on PATH" >&2; exit 2; }
+
+sections=(--section WarpStateStats --section SourceCounters --section InstructionStats)
+status=0
+# Ours: the warp-specialized or one-warpgroup forward, whichever the plan runs (launches 1-2 are the
+# bench's warm-up).
+ncu --kernel-name regex:"attention_forward" --launch-skip 2 --launch-count 1 "${sections[@]}" -f -o "$OUT/profile-ours" \
+  "$BIN"/stableflash bench attention --shapes "$shape" --numerics fused --policy "${PROFILE_POLICY:-hashed_offset}" \
+  --delta-source "${PROFILE_DELTA:-compensated}" --windows 1 --no-check >"$OUT/profile-ours.log" 2>&1 ||
+  { echo "ncu of ours failed ($OUT/profile-ours.log)"; status=1; }
+# cuDNN through PyTorch's SDPA, forward only
+python_cudnn="
+import torch, torch.nn.functional as F
+from torch.nn.attention import sdpa_kernel, SDPBackend
+q, k, v = (torch.randn($B, $H, $T, $D, device='cuda', dtype=torch.bfloat16) for _ in range(3))
+with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+    for _ in range(4): F.scaled_dot_product_attention(q, k, v, is_causal=$([ "$mask" = causal ] && echo True || echo False))
+torch.cuda.synchronize()
+"
+ncu --kernel-name regex:"fprop" --launch-skip 2 --launch-count 1 "${sections[@]}" -f -o "$OUT/profile-cudnn" \
+  python3 -c "$python_cudnn" >"$OUT/profile-cudnn.log" 2>&1 || { echo "ncu of cuDNN failed ($OUT/profile-cudnn.log)"; status=1; }
+
+for r in ours cudnn; do
+  [ -f "$OUT/profile-$r.ncu-rep" ] || continue
+  ncu --import "$OUT/profile-$r.ncu-rep" --page source --csv --print-source sass >"$OUT/profile-$r.csv" 2>"$OUT/profile-$r-csv.log" ||
+    { echo "cannot export $r's source page"; status=1; }
+done
+if [ -s "$OUT/profile-ours.csv" ] && [ -s "$OUT/profile-cudnn.csv" ]; then
+  {
+    echo "Forward at $shape, ours (${PROFILE_POLICY:-hashed_offset} + ${PROFILE_DELTA:-compensated}) and cuDNN, one launch each under ncu"
+    echo
+    # the work in warp-steps (a warp's 16 rows by 128 keys: 2,048 scores), causal counting visible keys only
+    steps=$(python3 -c "b,h,t=$B,$H,$T; print(b*h*(t*(t+1)//2 if '$mask'=='causal' else t*t)/2048)")
+    python3 scripts/stall_table.py "$OUT/profile-ours.csv" "$OUT/profile-cudnn.csv" --names ours,cudnn --warp-steps "$steps"
+  } | tee "$OUT/profile-attention.md" || status=1
+fi
+exit $status
