@@ -294,7 +294,7 @@ struct ForwardRows {
   }
 
   // fused: P-bar and the row sums (of BF16(P-bar) where kBf16Terms: normalizer = bf16), each
-  // entry added right after its exponential (the sums' order is add_row_sums').
+  // entry added right after its exponential, in key order (add_term).
   template <bool kPow2Scale, bool kBf16Terms, int N>
   __device__ void exponentiate_fused(const ForwardParams& p, float (&sc)[MR][N][4]) {
 #pragma unroll
@@ -333,28 +333,29 @@ struct ForwardRows {
         sc[0][nj][2 * hf + 1] = paper::exp_shifted_fast(bf16_hi(d));
       }
     }
-    add_row_sums<false>(0, sc);
+    add_row_sums(0, sc);
   }
 
-  // The row sums of a tile's P-bar (paper: the unit's; fused: the running ones) or of BF16(P-bar)
-  // (kBf16Terms), and the counters' BF16(P-bar) == 1 entries. Each sum starts from its first term
-  // rather than 0 + it: the same value, since P-bar >= 0 and 0 + x = x for every x but -0 (one add
-  // less per row); then the terms in key order.
+  // One term of a row sum: the FP32 P-bar, or BF16(P-bar) (kBf16Terms). Each sum starts from its
+  // first term rather than 0 + it: the same value, since P-bar >= 0 and 0 + x = x for every x but
+  // -0 (one add less per row); then the terms in key order.
   template <bool kBf16Terms>
   __device__ static void add_term(float& part, bool first, float pbar) {
     const float term = kBf16Terms ? round_bf16(pbar) : pbar;
     part = first ? term : part + term;
   }
-  template <bool kBf16Terms, int N>
+  // paper: the unit's row sums of the FP32 P-bar.
+  template <int N>
   __device__ void add_row_sums(int mi, const float (&sc)[MR][N][4]) {
-    static_assert(!(kPaper && kBf16Terms), "paper sums the FP32 P-bar");
     float part[2];
 #pragma unroll
     for (int nj = 0; nj < N; ++nj)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) add_term<kBf16Terms>(part[e / 2], nj == 0 && e % 2 == 0, sc[mi][nj][e]);
+      for (int e = 0; e < 4; ++e) add_term<false>(part[e / 2], nj == 0 && e % 2 == 0, sc[mi][nj][e]);
     finish_row_sums(mi, sc, part);
   }
+  // The sums into the rows' state (paper: the unit's; fused: the running ones), and the counters'
+  // BF16(P-bar) == 1 entries.
   template <int N>
   __device__ void finish_row_sums(int mi, const float (&sc)[MR][N][4], const float (&part)[2]) {
     events.count_ones(mi, sc);

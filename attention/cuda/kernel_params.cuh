@@ -167,6 +167,10 @@ struct WgmmaForwardTraits {
 // the plan runs the one-warpgroup kernel (4 CTAs per SM) instead at D = 64 on short causal rows,
 // where it is faster (takes_warp_specialized_forward).
 inline constexpr int kWsForwardStages = 2;
+// Registers per thread a CTA of `threads` starts with at one CTA per SM (65536 / threads, in steps
+// of 8): all that its warpgroups' setmaxnreg budgets can share, since setmaxnreg moves registers
+// between warpgroups and adds none (a setmaxnreg.inc that asks for more waits forever).
+constexpr int cta_start_registers(int threads) { return 65536 / threads / 8 * 8; }
 template <int kHeadDim_, int kConsumers_ = kHeadDim_ == 64 ? 3 : 2>
 struct WsForwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
@@ -178,15 +182,13 @@ struct WsForwardTraits {
   static constexpr int kRowTiles = 1;
   static constexpr int kKeyTiles = kBlockK / 8;
   static constexpr int kDimTiles = kHeadDim / 8;
-  // setmaxnreg budgets. The warpgroups only trade the registers the CTA started with (65536 /
-  // kThreads per thread, in steps of 8: 168 with two consumers, 128 with three), so the budgets may
-  // add up to no more: a setmaxnreg.inc that asks for more waits forever (32 / 240 / 240, 512 > 3 x
-  // 168, compiled and hung on the H200). A consumer holds S (kBlockK / 2), O (D / 2) and P (kBlockK
-  // / 4) registers per thread: 160 at D = 128, 128 at 64.
-  static constexpr int kStartRegisters = 65536 / kThreads / 8 * 8;
+  // setmaxnreg budgets, adding up to no more than the CTA started with (cta_start_registers: 168
+  // with two consumers, 128 with three; 32 / 240 / 240, 512 > 3 x 168, compiled and hung on the
+  // H200). A consumer holds S (kBlockK / 2), O (D / 2) and P (kBlockK / 4) registers per thread:
+  // 160 at D = 128, 128 at 64.
   static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : 40;
   static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 232;
-  static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (1 + kConsumers) * kStartRegisters,
+  static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (1 + kConsumers) * cta_start_registers(kThreads),
                 "setmaxnreg only moves the CTA's registers between its warpgroups");
   static constexpr int kSmemQ = 64 * kHeadDim * 2;        // one consumer's Q (and its O, residual staging tiles)
   static constexpr int kSmemKV = kBlockK * kHeadDim * 2;  // a K or V stage

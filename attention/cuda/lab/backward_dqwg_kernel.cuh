@@ -51,7 +51,7 @@ struct DqWarpgroupBackwardTraits {
   static constexpr int kTile = kGroupKeys * kHeadDim * 2;
   static constexpr int kDsTile = kGroupKeys * kBlockQ * 2;
   static constexpr int kDqTile = kBlockQ * 64 * 4;
-  // 208 + 208 + 88 = 3 x 168, what the launch gives 384 threads (65536 / 384 rounded down to 8)
+  // 208 + 208 + 88 = 3 x 168, what the launch gives 384 threads (cta_start_registers)
   static constexpr int kComputeRegisters = 208;
   static constexpr int kDqRegisters = 88;
   struct SharedStorage {
@@ -67,7 +67,7 @@ struct DqWarpgroupBackwardTraits {
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(offsetof(SharedStorage, q) % 1024 == 0 && offsetof(SharedStorage, ds) % 1024 == 0 && kTile % 1024 == 0,
                 "SW128 atoms are 1024-byte aligned");
-  static_assert(2 * kComputeRegisters + kDqRegisters <= 3 * (65536 / kThreads / 8 * 8), "setmaxnreg moves registers, adds none");
+  static_assert(2 * kComputeRegisters + kDqRegisters <= 3 * cta_start_registers(kThreads), "setmaxnreg moves registers, adds none");
   static_assert(kSmemBytes <= 227 * 1024, "fits one CTA per SM");
 };
 
