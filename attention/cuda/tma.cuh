@@ -4,7 +4,7 @@
 // consumer threads spend no instructions on addresses, bounds or swizzling.
 //
 // Built on CUTLASS/CuTe (nvidia-cutlass 4.2): mbarriers (cutlass::arch::ClusterBarrier,
-// ClusterTransactionBarrier, fence_barrier_init; cute::wait_barrier), the TMA store
+// ClusterTransactionBarrier, fence_barrier_init), the TMA store
 // (SM90_TMA_STORE_4D), bulk groups (tma_store_arrive / tma_store_wait) and named barriers
 // (cutlass::arch::NamedBarrier). Three stay hand-written PTX, CuTe having no equal: the TMA load
 // (SM90_TMA_LOAD_4D always adds an .L2::cache_hint operand: two more uniform moves per load in
@@ -20,7 +20,7 @@
 
 #include <cstdint>
 
-#include <cute/arch/copy_sm90_tma.hpp>  // SM90_TMA_STORE_4D, tma_store_*, wait_barrier
+#include <cute/arch/copy_sm90_tma.hpp>  // SM90_TMA_STORE_4D, tma_store_*
 #include <cutlass/arch/barrier.h>        // ClusterBarrier, ClusterTransactionBarrier, NamedBarrier
 
 #if defined(__CUDA_ARCH__) && !defined(CUTE_ARCH_TMA_SM90_ENABLED)
@@ -57,10 +57,12 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(std::uint32_t bar, std::ui
   });
 }
 
-// A plain try_wait spin. Not ClusterBarrier::wait: that passes a suspend-time hint, with which
-// ptxas adds a NANOSLEEP and a second check to the retry path.
+// Waits for the barrier's phase `parity` to complete. ClusterBarrier::wait passes try_wait a
+// suspend-time hint, with which a failed check sleeps (NANOSLEEP.SYNCS) until the phase changes
+// instead of spinning on the issue slots the other warps of its scheduler need (CuTe's
+// wait_barrier, the plain spin, measured 1-2.5% slower backward at head dim 128; docs/benchmarks.md).
 __device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
-  detail::ordered([&] { cute::wait_barrier(*detail::mbar_ptr(bar), static_cast<int>(parity)); });
+  detail::ordered([&] { cutlass::arch::ClusterBarrier::wait(detail::mbar_ptr(bar), parity); });
 }
 
 // Box (c0, c1, c2, c3) of a 4-d tensor map -> shared memory, completing `bytes` on `bar`.
