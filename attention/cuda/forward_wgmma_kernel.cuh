@@ -89,6 +89,7 @@ struct SelfFeed {
   __device__ void wait_v(int j) const { mbar_wait(bars + 8 * (3 + (j & 1)), (j >> 1) & 1); }
   __device__ void release_k(int) const {}
   __device__ void release_v(int) const {}
+  __device__ void release_q() const {}  // Q stays for the CTA's one tile
   __device__ void take_turn() const {}  // one walking warpgroup: nobody to take turns with
   __device__ void pass_turn() const {}
   __device__ void end_step() const { __syncthreads(); }  // K_j and V_(j-1) are free for step j + 1's copies
@@ -99,10 +100,10 @@ struct SelfFeed {
 // while the P V product is still on the tensor cores, and the rescale of acc by exp(m_old - m_new)
 // waits for that product. P-bar stays FP32 in sc until P_(j-1) V_(j-1) has landed and is packed
 // into pa then, so only one set of A fragments is live. K_j is handed back once S_j has landed,
-// V_(j-1) once P_(j-1) V_(j-1) has.
+// V_(j-1) once P_(j-1) V_(j-1) has, and Q once the walk's last S has (last: j is the last step).
 template <int D, int BK, bool kPow2Scale, class Rows, class Feed>
-__device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& rows, const Feed& feed, int j, int min_last, int t,
-                                               std::uint32_t s_q, std::uint32_t (&pa)[1][BK / 16][4]) {
+__device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& rows, const Feed& feed, int j, bool last, int min_last,
+                                               int t, std::uint32_t s_q, std::uint32_t (&pa)[1][BK / 16][4]) {
   const int key0 = j * BK;
   feed.begin_step(j);
   feed.wait_k(j);
@@ -127,6 +128,7 @@ __device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& row
   }
   fence_registers(sc[0]);
   feed.release_k(j);
+  if (last) feed.release_q();
   mode_scores_and_mask<false, BK>(sc, p.scale, key0, min_last, t, rows.last);
   float c[1][2];
   rows.template start_unit<true>(p, sc, KeyStep{key0, 0, 1, true, false}, c);
@@ -174,7 +176,7 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
       for (int u = 0; u < U; ++u) {
         const int j = U * i + u;
         if (u > 0 && j == total) break;
-        pipelined_step<D, BK, decltype(pow2_scale)::value>(p, rows, feed, j, min_last, t, s_q, pa);
+        pipelined_step<D, BK, decltype(pow2_scale)::value>(p, rows, feed, j, j == total - 1, min_last, t, s_q, pa);
       }
     }
   };

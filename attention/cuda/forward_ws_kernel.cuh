@@ -73,7 +73,8 @@ struct ProducerFeed {
   static constexpr int kStages = kWsForwardStages;
   std::uint32_t s_k0, s_v0;
   WsBarriers<Traits::kConsumers> bars;
-  int first = 0;  // ring positions taken by the CTA's earlier tiles
+  int consumer = 0;  // whose Q this feed hands back (release_q)
+  int first = 0;     // ring positions taken by the CTA's earlier tiles
   // Turns (FlashAttention-3's warpgroup scheduler barriers): a consumer issues a step's products
   // only after the consumer before it issued its own, then hands the turn on, so one consumer's
   // softmax runs while the next one's products keep the tensor cores busy instead of every
@@ -90,6 +91,9 @@ struct ProducerFeed {
   __device__ void wait_v(int j) const { mbar_wait(bars.v_full((first + j) % kStages), ((first + j) / kStages) & 1); }
   __device__ void release_k(int j) const { mbar_arrive(bars.k_empty((first + j) % kStages)); }
   __device__ void release_v(int j) const { mbar_arrive(bars.v_empty((first + j) % kStages)); }
+  // The walk's last S has landed: the producer may load this consumer's next Q while the walk's
+  // last softmax, P V product and the epilogue run.
+  __device__ void release_q() const { mbar_arrive(bars.q_empty(consumer)); }
   __device__ void take_turn() const {
     if (turn_bar) named_barrier_sync(turn_bar, 256);
   }
@@ -246,6 +250,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   const std::uint32_t s_qc = s_q + c * Traits::kSmemQ, s_oc = s_o + c * Traits::kSmemQ, s_rc = s_res + c * Traits::kSmemQ;
   const auto consumer_sync = [c] { named_barrier_sync(1 + c, 128); };  // named barrier 1 + c: this consumer's threads
   ProducerFeed<Traits> tile_feed = feed;
+  tile_feed.consumer = c;
   if (p.consumer_turns) {  // named barriers 1 + C + c: consumer c's turn
     tile_feed.turn_bar = 1 + C + c, tile_feed.next_turn_bar = 1 + C + (c + 1) % C;
     if (c == 0) named_barrier_arrive(tile_feed.turn_bar, 256);  // the first turn is consumer 0's
@@ -259,7 +264,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
     const int own = steps_of_rows<64, Traits>(p, m0c);
     Rows rows(p, nullptr, nullptr, b, h, m0c + warp * 16 + lane / 4, warp * 16 + lane / 4);
     forward_pipelined_walk<D, BK>(p, rows, tile_feed, own, last_key(m0c, p.q_len, p.k_len, p.causal != 0), t, s_qc);
-    mbar_arrive(feed.bars.q_empty(c));  // the walk's products are complete: the next Q may land
+    if (own == 0) tile_feed.release_q();  // a walk of no steps read no Q (one with steps released it)
     // The tile's steps past this consumer's rows, handed back once landed (an arrival before the
     // copy landed could count towards the stage's previous use and free it early).
     // Their turns are taken and passed on too: the turns go round the consumers once per step.
