@@ -115,7 +115,7 @@ __device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& row
   if (j > 0) {
     feed.wait_v(j - 1);
     // The loop-top fence covers these registers (acc and pa were last written before it), but
-    // ptxas does not see that across wait_v's spin loop and injected this same arrive itself,
+    // ptxas does not see that across wait_v's retry loop and injected this same arrive itself,
     // with warning C7519 (the SASS is identical either way).
     wgmma_fence();
     issue_pv<D, BK>(rows.softmax.acc[0], pa[0], feed.v(j - 1));
