@@ -2,8 +2,9 @@
 # Per-instruction profile of our attention forward beside cuDNN's on the GPU machine: Nsight Compute's
 # warp-state and source counters (stall samples per SASS instruction) for one launch of each, then
 # scripts/stall_table.py's side-by-side table (instructions per step by opcode, stall reasons, the
-# opcodes that wait and on what). How the tenth session's entries in docs/benchmarks.md "Kernel
-# history" were found (the exponentials issued back to back, the producer's mbarrier spin).
+# opcodes that wait and on what, the key loop against the rest of the kernel). How the tenth and
+# eleventh sessions' entries in docs/benchmarks.md "Kernel history" were found (the exponentials
+# issued back to back, the producer's mbarrier spin, the work outside the step loop).
 #
 #   GPU machine:  scripts/profile-attention.sh [BxHxTxD:causal|full]     # default 2x16x8192x128:full
 #   PROFILE_POLICY (default hashed_offset) and PROFILE_DELTA (default compensated) set our options;

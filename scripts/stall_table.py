@@ -6,7 +6,10 @@
     the attention's scores over 2,048; without it, the kernel's HGMMA count over --hgmma-per-step,
     16 for the forward at D = 128), so kernels of other tilings compare per unit of work;
   - warp stall samples per reason (share of all samples);
-  - for the opcodes with the most samples, their stall reasons.
+  - for the opcodes with the most samples, their stall reasons;
+  - the key loop (the shortest loop, closed by a backward branch, that runs 3/4 of the HGMMA) against
+    the rest of the kernel: its share of the stall samples, its warp instructions per iteration,
+    and the instructions outside it per iteration (set-up, epilogue, producer: the per-tile costs).
 
 Written for the forward's profile against cuDNN's (docs/benchmarks.md "Kernel history", tenth
 session): which instructions wait and on what. `scripts/profile-attention.sh` runs the profiles and
@@ -53,6 +56,8 @@ class Profile:
         col = {n: header.index(n) for n in need}
         # per-reason sample columns: 'stall_wait', ... (not their '(Not Issued)' twins)
         reasons = [(i, h) for i, h in enumerate(header) if h.startswith("stall_") and "Not Issued" not in h]
+        col_address = header.index("Address") if "Address" in header else None
+        self.rows = []  # (address, opcode, SASS, executed, samples) in address order, where addresses are given
         self.executed = collections.Counter()
         self.samples = collections.Counter()
         self.by_reason = collections.Counter()
@@ -61,13 +66,53 @@ class Profile:
             if len(r) < len(header):
                 continue
             op = opcode(r[col["Source"]])
-            self.executed[op] += number(r[col["Instructions Executed"]])
-            self.samples[op] += number(r[col["Warp Stall Sampling (All Samples)"]])
+            executed, samples = number(r[col["Instructions Executed"]]), number(r[col["Warp Stall Sampling (All Samples)"]])
+            self.executed[op] += executed
+            self.samples[op] += samples
+            if col_address is not None:
+                try:
+                    self.rows.append((int(r[col_address], 16), op, r[col["Source"]], executed, samples))
+                except ValueError:
+                    pass
             for i, h in reasons:
                 n = number(r[i])
                 self.by_reason[h] += n
                 self.op_reasons[op][h] += n
         self.total_samples = sum(self.by_reason.values())
+        self.rows.sort()
+
+    def key_loop(self):
+        """(first, last) address of the key loop, or None: the shortest loop (a backward branch's
+        target to the branch) whose body executes at least 3/4 of the kernel's HGMMA, so the step
+        loop rather than the tile loop around it, nor a span closed by an out-of-line retry path."""
+        all_hgmma = sum(e for _, o, _, e, _ in self.rows if o == "HGMMA")
+        best = None
+        for address, op, sass, _, _ in self.rows:
+            m = re.search(r"\bBRA(?:\.\S+)*\s+(0x[0-9a-fA-F]+)", sass)
+            if op != "BRA" or not m or int(m.group(1), 16) >= address:
+                continue
+            first = int(m.group(1), 16)
+            hgmma = sum(e for a, o, _, e, _ in self.rows if first <= a <= address and o == "HGMMA")
+            if all_hgmma and 4 * hgmma >= 3 * all_hgmma and (best is None or address - first < best[1] - best[0]):
+                best = (first, address)
+        return best
+
+    def loop_split(self):
+        """Samples and executed instructions inside the key loop and outside it, and its iterations
+        (the executions of its first instruction), or None without a loop."""
+        loop = self.key_loop()
+        if loop is None:
+            return None
+        first, last = loop
+        inside = [row for row in self.rows if first <= row[0] <= last]
+        iterations = next((e for a, _, _, e, _ in inside if a == first), 0)
+        return {
+            "samples_in": sum(row[4] for row in inside),
+            "samples_all": sum(row[4] for row in self.rows),
+            "executed_in": sum(row[3] for row in inside),
+            "executed_all": sum(row[3] for row in self.rows),
+            "iterations": iterations,
+        }
 
 
 def main():
@@ -110,6 +155,19 @@ def main():
             reasons[r] += n / max(prof.total_samples, 1)
     for r, _ in reasons.most_common(a.top):
         print(f"{r:24s}" + "".join(f" {prof.by_reason[r] / max(prof.total_samples, 1):{width}.1%}" for prof in profiles))
+
+    splits = [prof.loop_split() for prof in profiles]
+    if any(splits):
+        print("\nThe key loop (the shortest loop that runs 3/4 of the HGMMA) and the rest of the kernel")
+        print(f"{'':34s}" + "".join(f" {n:>{width}s}" for n in names))
+
+        def row(label, value):
+            print(f"{label:34s}" + "".join(f" {value(sp):>{width}s}" if sp else f" {'-':>{width}s}" for sp in splits))
+
+        row("stall samples in the loop", lambda sp: f"{sp['samples_in'] / max(sp['samples_all'], 1):.1%}")
+        row("warp instructions per iteration", lambda sp: f"{sp['executed_in'] / max(sp['iterations'], 1):.0f}")
+        row("outside it, per iteration", lambda sp: f"{(sp['executed_all'] - sp['executed_in']) / max(sp['iterations'], 1):.0f}")
+        row("iterations (warp-level)", lambda sp: f"{sp['iterations']}")
 
     for name, prof in zip(names, profiles):
         print(f"\n{name}: the opcodes with the most samples and their three largest reasons")

@@ -69,6 +69,40 @@ with tempfile.TemporaryDirectory() as d:
     m = re.search(r"^FMUL\s+([0-9.]+)$", out.stdout, re.M)
     check("--warp-steps 10: FMUL 30.0", m is not None and abs(float(m.group(1)) - 30.0) < 0.05)
 
+    # The key loop: the shortest backward-branch span that runs 3/4 of the HGMMA. Here the step loop
+    # 0x10-0x30, not the retry path's span 0x10-0x50 nor the tile loop 0x0-0x60 around both.
+    loop_rows = [  # (address, SASS, executed, samples)
+        (0x00, "S2R R0, SR_TID.X", 4, 1),
+        (0x10, "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR24], RZ, !UPT", 40, 10),
+        (0x20, "FMUL R1, R2, R3", 40, 20),
+        (0x30, "@P0 BRA 0x10", 40, 5),
+        (0x40, "STS [R4], R1", 8, 30),
+        (0x50, "BRA 0x10", 2, 0),
+        (0x60, "@P1 BRA 0x0", 4, 4),
+    ]
+    looped = os.path.join(d, "loop.csv")
+    with open(looped, "w") as f:
+        f.write(line(header))
+        for address, sass, executed, samples in loop_rows:
+            f.write(line([hex(address), sass, samples, samples, samples, executed] +
+                         [samples if r == "stall_wait" else 0 for r in reasons] + [0] * len(reasons)))
+    out = subprocess.run([sys.executable, script, looped, "--names", "k"], capture_output=True, text=True)
+    check("a kernel with loops: runs (exit 0)", out.returncode == 0)
+    in_loop = [r for r in loop_rows if 0x10 <= r[0] <= 0x30]
+    iterations = 40
+    want = {
+        "stall samples in the loop": f"{sum(r[3] for r in in_loop) / sum(r[3] for r in loop_rows):.1%}",
+        "warp instructions per iteration": f"{sum(r[2] for r in in_loop) / iterations:.0f}",
+        "outside it, per iteration": f"{(sum(r[2] for r in loop_rows) - sum(r[2] for r in in_loop)) / iterations:.0f}",
+        "iterations (warp-level)": str(iterations),
+    }
+    for label, value in want.items():
+        m = re.search(rf"^{re.escape(label)}\s+(\S+)$", out.stdout, re.M)
+        check(f"{label} = {value}", m is not None and m.group(1) == value)
+    # without a backward branch around HGMMA there is no key loop and no key-loop section
+    m = re.search(r"^stall samples in the loop\s+(\S+)$", text, re.M)
+    check("no loop in the first page: no key-loop section", m is None)
+
     bad = os.path.join(d, "bad.csv")
     with open(bad, "w") as f:
         f.write(line(["not", "a", "source", "page"]))
