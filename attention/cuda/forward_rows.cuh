@@ -420,9 +420,10 @@ struct ForwardEpilogue {
     return fused::finalize_output(exact_output(rows, mi, nd, hf, e2, l_row, rcp_l, 0.0f), bits);
   }
 
-  // Calls f(mi, hf, row, l, seen) for each row this thread holds below Tq, with the row's full sum
-  // l (fused: the quad's partial sums added; every lane takes part in that) and whether it saw a key.
-  template <class F>
+  // Calls f(mi, hf, row, l, seen) for each row this thread holds below Tq (kEveryRow: every row),
+  // with the row's full sum l (fused: the quad's partial sums added; every lane takes part in that)
+  // and whether it saw a key.
+  template <bool kEveryRow = false, class F>
   __device__ static void for_each_row(const Rows& rows, const ForwardParams& p, F&& f) {
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi)
@@ -430,7 +431,7 @@ struct ForwardEpilogue {
       for (int hf = 0; hf < 2; ++hf) {
         const int i = rows.row0 + row_offset(mi, hf);
         const float l_row = kPaper ? rows.softmax.l[mi][hf] : quad_sum(rows.softmax.l[mi][hf]);
-        if (i < p.q_len) f(mi, hf, i, l_row, rows.softmax.seen(mi, hf));
+        if (kEveryRow || i < p.q_len) f(mi, hf, i, l_row, rows.softmax.seen(mi, hf));
       }
   }
 
@@ -439,16 +440,17 @@ struct ForwardEpilogue {
   // delta's residual; 0 unless `residual`). Columns nd * 8 + 2t, + 1. Rows that saw no key: 0.
   // fused decides `residual` once here, not per element (per element, nvcc interleaved predicated
   // copies of both variants: ~20 instructions per pair instead of 12); paper keeps the run-time
-  // test, which costs it fewer registers (241 instead of 255 at D = 128).
-  template <class Emit>
+  // test, which costs it fewer registers (241 instead of 255 at D = 128). kEveryRow: rows past Tq
+  // too (a staging tile whose bulk copy clips them; warp-collective stores need every lane).
+  template <bool kEveryRow = false, class Emit>
   __device__ static void finalize_outputs(const Rows& rows, const ForwardParams& p, bool residual, Emit&& emit) {
     with_round_bits(p.round_bits, [&](auto bits) {
       if constexpr (kPaper) {
-        finalize_rows(rows, p, bits, residual, emit);
+        finalize_rows<kEveryRow>(rows, p, bits, residual, emit);
       } else if (residual) {
-        finalize_rows(rows, p, bits, FixedBool<true>{}, emit);
+        finalize_rows<kEveryRow>(rows, p, bits, FixedBool<true>{}, emit);
       } else {
-        finalize_rows(rows, p, bits, FixedBool<false>{}, emit);
+        finalize_rows<kEveryRow>(rows, p, bits, FixedBool<false>{}, emit);
       }
     });
   }
@@ -460,9 +462,9 @@ struct ForwardEpilogue {
   static constexpr bool kPairRounding = !kPaper && std::is_same_v<Bits, Bf16Bits>;
 
   // residual: a bool, or FixedBool to decide it at compile time.
-  template <class Bits, class Residual, class Emit>
+  template <bool kEveryRow, class Bits, class Residual, class Emit>
   __device__ static void finalize_rows(const Rows& rows, const ForwardParams& p, Bits bits, Residual residual, Emit& emit) {
-    for_each_row(rows, p, [&](int mi, int hf, int i, float l_row, bool seen) {
+    for_each_row<kEveryRow>(rows, p, [&](int mi, int hf, int i, float l_row, bool seen) {
       const float rcp_l = seen ? __frcp_rn(l_row) : 0.0f;
       float rcp_shadow = 0.0f;
       if constexpr (kPaper) rcp_shadow = residual && seen ? __frcp_rn(rows.paper_state.l_shadow[mi][hf]) : 0.0f;

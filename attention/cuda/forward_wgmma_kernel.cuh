@@ -167,6 +167,7 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
   constexpr int U = steps_per_iteration<Feed>();
   static_assert(U == 1 || U == 2, "the parity trick below assumes U divides 2");
   feed.start();
+  if (total == 0) feed.release_q();  // reads no Q (a walk with steps hands it back at its last S)
   std::uint32_t pa[1][BK / 16][4];  // BF16(P-bar) of the previous step
   const auto steps = [&](auto pow2_scale) {
     // j = U i + u: the compiler sees j % U = u from the known low bits of U i (an assumption about
@@ -204,22 +205,31 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
 // The epilogue: O (and the residual) staged in the SW128 layout at s_o (s_r): the one-warpgroup
 // kernel's K buffers, which no product reads any more, or the warp-specialized consumer's own
 // staging tiles; then written by bulk tensor copies in whole 128-byte lines (rows past
-// Tq are clipped by the copy engine); lse and the counters directly. Thread stores into the
-// swizzled rows hit 32 different banks. `leader` issues the copies after `sync` (the warpgroup's
-// threads wait for each other). With kWaitReads the leader waits until the copies have read the
-// staging tiles (the CTA may exit or reuse them); a persistent caller waits before its next
-// epilogue instead (bulk_wait_group_read), by which time the copies are long done.
+// Tq are clipped by the copy engine); lse and the counters directly. A warp stages four 8-column
+// blocks of one half of its rows per stmatrix (16 instructions a warp at D = 128 where 64 32-bit
+// stores were), into 16-byte chunks that the swizzle spreads over all banks. `leader` issues the
+// copies after `sync` (the warpgroup's threads wait for each other). With kWaitReads the leader
+// waits until the copies have read the staging tiles (the CTA may exit or reuse them); a
+// persistent caller waits before its next epilogue instead (bulk_wait_group_read), by which time
+// the copies are long done.
 template <class Traits, bool kWaitReads = true, class Rows, class Sync>
 __device__ __forceinline__ void store_outputs_by_tma(const ForwardParams& p, const Rows& rows, int m0, int h, int b, int t,
                                                      std::uint32_t s_o, std::uint32_t s_r, bool leader, Sync&& sync) {
   constexpr int D = Traits::kHeadDim;
   using Tile = WgmmaTile<64, D>;
+  static_assert(D % 32 == 0, "stmatrix x4: four 8-column blocks at a time");
   const bool residual = p.o_residual != nullptr;
   using Epilogue = ForwardEpilogue<Rows>;
-  Epilogue::finalize_outputs(rows, p, residual, [&](int, int lrow, int nd, std::uint32_t o2, std::uint32_t r2) {
-    const std::uint32_t off = Tile::offset(lrow, nd) + 4 * t;
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(s_o + off), "r"(o2) : "memory");
-    if (residual) asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(s_r + off), "r"(r2) : "memory");
+  const int lane = threadIdx.x % 32;
+  std::uint32_t o4[4], r4[4];  // the pairs of four consecutive 8-column blocks, one per matrix
+  Epilogue::template finalize_outputs<true>(rows, p, residual, [&](int, int lrow, int nd, std::uint32_t o2, std::uint32_t r2) {
+    o4[nd % 4] = o2, r4[nd % 4] = r2;
+    if (nd % 4 != 3) return;
+    // Lane l addresses row l % 8 of matrix l / 8: the 8 rows of this half (lrow - lane / 4 is its
+    // first), block nd - 3 + l / 8.
+    const std::uint32_t off = Tile::offset(lrow - lane / 4 + lane % 8, nd - 3 + lane / 8);
+    stmatrix_x4(s_o + off, o4);
+    if (residual) stmatrix_x4(s_r + off, r4);
   });
   fence_proxy_async_smem();  // the copy engine reads what the threads wrote
   sync();                    // every thread of the warpgroup has staged its part

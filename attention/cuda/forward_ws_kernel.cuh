@@ -83,14 +83,19 @@ struct ProducerFeed {
   // handing on. 0: no turns.
   int turn_bar = 0, next_turn_bar = 0;
 
-  __device__ std::uint32_t k(int j) const { return s_k0 + ((first + j) % kStages) * Traits::kSmemKV; }
-  __device__ std::uint32_t v(int j) const { return s_v0 + ((first + j) % kStages) * Traits::kSmemKV; }
+  // Ring positions are never negative; unsigned, their stage and use are a mask and a shift where
+  // int's % and / also round towards zero for negative values (3 more instructions each).
+  __device__ unsigned position(int j) const { return unsigned(first + j); }
+  __device__ unsigned stage(int j) const { return position(j) % kStages; }
+  __device__ unsigned phase(int j) const { return (position(j) / kStages) & 1; }
+  __device__ std::uint32_t k(int j) const { return s_k0 + stage(j) * Traits::kSmemKV; }
+  __device__ std::uint32_t v(int j) const { return s_v0 + stage(j) * Traits::kSmemKV; }
   __device__ void start() const {}
   __device__ void begin_step(int) const {}
-  __device__ void wait_k(int j) const { mbar_wait(bars.k_full((first + j) % kStages), ((first + j) / kStages) & 1); }
-  __device__ void wait_v(int j) const { mbar_wait(bars.v_full((first + j) % kStages), ((first + j) / kStages) & 1); }
-  __device__ void release_k(int j) const { mbar_arrive(bars.k_empty((first + j) % kStages)); }
-  __device__ void release_v(int j) const { mbar_arrive(bars.v_empty((first + j) % kStages)); }
+  __device__ void wait_k(int j) const { mbar_wait(bars.k_full(stage(j)), phase(j)); }
+  __device__ void wait_v(int j) const { mbar_wait(bars.v_full(stage(j)), phase(j)); }
+  __device__ void release_k(int j) const { mbar_arrive(bars.k_empty(stage(j))); }
+  __device__ void release_v(int j) const { mbar_arrive(bars.v_empty(stage(j))); }
   // The walk's last S has landed: the producer may load this consumer's next Q while the walk's
   // last softmax, P V product and the epilogue run.
   __device__ void release_q() const { mbar_arrive(bars.q_empty(consumer)); }
@@ -162,15 +167,15 @@ __device__ __forceinline__ int steps_of_rows(const ForwardParams& p, int m0) {
   return (cta_keys<kRows, Traits::kBlockK, false>(p, m0).n_keys + Traits::kBlockK - 1) / Traits::kBlockK;
 }
 
-// The producer: per round the tile (fixed, or the next from the dynamic schedule's counter) into
-// shared memory, once every consumer is done with its previous Q and so has read the last tile's
-// number; then Q of every consumer, K_j and V_j for every step, each into its stage as soon as the
+// The producer: per round the tile (fixed, or the next from the dynamic schedule's counter),
+// decoded, into shared memory, once every consumer is done with its previous Q and so has read the
+// last one; then Q of every consumer, K_j and V_j for every step, each into its stage as soon as the
 // consumers have handed the stage's previous tile back. K_j goes before V_j: the consumers need
 // K_(j+1) before V_j (S_(j+1) is issued ahead of P_j V_j). Past the last tile the Q barriers
 // complete without a copy: the consumers read the end and leave.
 template <class Traits>
 __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTileOrder<Traits::kCtaRows, Traits::kHeadDim>& order,
-                                              const ProducerFeed<Traits>& feed, std::uint32_t s_q, volatile int* shared_tile) {
+                                              const ProducerFeed<Traits>& feed, std::uint32_t s_q, volatile WsTile* handed) {
   constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK, S = kWsForwardStages, C = Traits::kConsumers;
   int position = 0;  // in the K/V ring
   int tile = order.tile(0);  // round 0 is the same in both schedules: CTA i takes tile i
@@ -179,17 +184,19 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
 #pragma unroll
       for (int c = 0; c < C; ++c) mbar_wait(feed.bars.q_empty(c), (round - 1) & 1);
     }
-    *shared_tile = tile;  // before the barriers' arrivals (release), read after their waits (acquire)
+    // Written before the barriers' arrivals (release), read after their waits (acquire).
     if (tile >= order.tiles) {
+      handed->m0 = -1;
 #pragma unroll
       for (int c = 0; c < C; ++c) mbar_arrive(feed.bars.q(c));
       break;
     }
     const auto [m0, h, b] = order.at(tile);
+    const int total = steps_of_rows<Traits::kCtaRows, Traits>(p, m0);
+    handed->m0 = m0, handed->h = h, handed->b = b, handed->steps = total;
     const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
 #pragma unroll
     for (int c = 0; c < C; ++c) load_tile<D, 64>(&p.tma_q, s_q + c * Traits::kSmemQ, m0 + 64 * c, h, b, feed.bars.q(c));
-    const int total = steps_of_rows<Traits::kCtaRows, Traits>(p, m0);
     for (int j = 0; j < total; ++j, ++position) {
       const int s = position % S, use = position / S;
       if (use > 0) mbar_wait(feed.bars.k_empty(s), (use - 1) & 1);
@@ -222,7 +229,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   constexpr int C = Traits::kConsumers;
   const std::uint32_t s_q = smem_u32(shared.q), s_o = smem_u32(shared.o), s_res = smem_u32(shared.residual);
   const ProducerFeed<Traits> feed{smem_u32(shared.k), smem_u32(shared.v), WsBarriers<C>{smem_u32(shared.barriers)}};
-  const WsTileOrder<Traits::kCtaRows, Traits::kHeadDim> order(p);
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < C; ++i) mbar_init(feed.bars.q(i), 1), mbar_init(feed.bars.q_empty(i), 128);  // every consumer thread
@@ -240,7 +246,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform (see the wgmma backward)
   if (wg == 0) {
     release_registers<Traits::kProducerRegisters>();
-    if (threadIdx.x == 0) produce_tiles<Traits>(p, order, feed, s_q, &shared.tile);
+    if (threadIdx.x == 0) produce_tiles<Traits>(p, WsTileOrder<Traits::kCtaRows, D>(p), feed, s_q, &shared.tile);
     return;
   }
   claim_registers<Traits::kConsumerRegisters>();
@@ -257,14 +263,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   }
   for (int round = 0;; ++round) {
     mbar_wait(feed.bars.q(c), round & 1);
-    const int tile = *static_cast<volatile int*>(&shared.tile);
-    if (tile >= order.tiles) break;
-    const auto [m0, h, b] = order.at(tile);
-    const int m0c = m0 + 64 * c, total = steps_of_rows<Traits::kCtaRows, Traits>(p, m0);
+    const volatile WsTile& handed = shared.tile;
+    const int m0 = handed.m0;
+    if (m0 < 0) break;
+    const int h = handed.h, b = handed.b, total = handed.steps, m0c = m0 + 64 * c;
     const int own = steps_of_rows<64, Traits>(p, m0c);
     Rows rows(p, nullptr, nullptr, b, h, m0c + warp * 16 + lane / 4, warp * 16 + lane / 4);
     forward_pipelined_walk<D, BK>(p, rows, tile_feed, own, last_key(m0c, p.q_len, p.k_len, p.causal != 0), t, s_qc);
-    if (own == 0) tile_feed.release_q();  // a walk of no steps read no Q (one with steps released it)
     // The tile's steps past this consumer's rows, handed back once landed (an arrival before the
     // copy landed could count towards the stage's previous use and free it early).
     // Their turns are taken and passed on too: the turns go round the consumers once per step.

@@ -171,6 +171,14 @@ inline constexpr int kWsForwardStages = 2;
 // of 8): all that its warpgroups' setmaxnreg budgets can share, since setmaxnreg moves registers
 // between warpgroups and adds none (a setmaxnreg.inc that asks for more waits forever).
 constexpr int cta_start_registers(int threads) { return 65536 / threads / 8 * 8; }
+// A warp-specialized forward's tile as its producer hands it to the consumers (forward_ws_kernel.cuh),
+// decoded by the producer's one thread: the consumers' warps would otherwise each repeat the tile
+// order's integer divisions (tens of instructions each) between two tiles.
+struct alignas(16) WsTile {
+  int m0, h, b;  // the tile's first query row, its head and batch; m0 < 0: no tile left
+  int steps;     // its K/V steps: ring positions it takes (steps_of_rows of the whole tile)
+};
+
 template <int kHeadDim_, int kConsumers_ = kHeadDim_ == 64 ? 3 : 2>
 struct WsForwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
@@ -201,7 +209,7 @@ struct WsForwardTraits {
     std::uint16_t o[kConsumers][64 * kHeadDim];
     std::uint16_t residual[kConsumers][64 * kHeadDim];
     std::uint64_t barriers[2 * kConsumers + 4 * kWsForwardStages];  // WsBarriers
-    int tile;  // the round's tile: the producer's choice, read by the consumers
+    WsTile tile;  // the round's tile: the producer's choice, read by the consumers
   };
   static_assert(offsetof(SharedStorage, k) % 1024 == 0 && offsetof(SharedStorage, o) % 1024 == 0 &&
                     offsetof(SharedStorage, residual) % 1024 == 0 &&

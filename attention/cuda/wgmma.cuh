@@ -46,6 +46,15 @@ struct WgmmaTile {
   }
 };
 
+// Four 8x8 BF16 matrices into shared memory (stmatrix .x4): register j of each lane is its pair of
+// matrix j, row lane / 4, columns 2 (lane % 4) and + 1 (the layout of an accumulator fragment's
+// 8-column block, rows g or g + 8), and lane l gives the address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void stmatrix_x4(std::uint32_t addr, const std::uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]),
+               "r"(r[3])
+               : "memory");
+}
+
 // A SW128 descriptor built once and moved along its tile with one 32-bit add per product: the
 // start address is the low word's 14-bit field (in 16-byte units) and shared memory ends below
 // 2^18 bytes, so adding an in-tile offset never carries into the LBO field above it. Rebuilding
