@@ -7,6 +7,9 @@
 The JSONL: a meta line ({"meta": true, "default_policy", "default_delta_source", ...}), then one object
 per measurement: "impl" (stableflash: `stableflash bench attention --json`'s fields; cudnn, flash:
 torch_peers.py `attention`'s per-backend fields, or "error"), B, H, T, D, causal, fwd/bwd ms and TFLOP/s.
+A sweep of several rounds (`attention-sweep.sh --rounds N`) has N measurements of each: the table takes,
+per implementation, shape and pass, the median time over the rounds that measured it (TFLOP/s from that
+time), and a failed oracle check in any round.
 Writes $DIR/attention-sweep.md (the table, one row per shape, and the summary; also printed) and, if
 matplotlib imports, DIR/attention-sweep-{fwd,bwd,vs-cudnn,cure}.png: against T, one panel per
 (D, mask), a line per implementation and B·H. The cure's cost: the time of forward + backward with the
@@ -37,8 +40,31 @@ def key(r):
     return (r["B"], r["H"], r["T"], r["D"], bool(r["causal"]))
 
 
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def combine(measurements):
+    """One record from a slot's rounds: per pass the median time of the rounds that measured it, TFLOP/s
+    scaled to that time (the FLOPs are the same in every round), the check FAIL if any round failed."""
+    good = [m for m in measurements if ok(m)]
+    if len(measurements) == 1 or not good:
+        return measurements[0]
+    r = dict(good[0], rounds=len(good))
+    for p in ("fwd", "bwd"):
+        t = median([m[f"{p}_ms"] for m in good])
+        r[f"{p}_tflops"] = good[0][f"{p}_tflops"] * good[0][f"{p}_ms"] / t
+        r[f"{p}_ms"] = t
+    if any(m.get("check") == "FAIL" for m in measurements):
+        r["check"] = "FAIL"
+    return r
+
+
 def collect(meta, rows):
-    """Per shape: the default (ours), ours with the rounded δ, cuDNN, FA2 (absent or with "error")."""
+    """Per shape: the default (ours), ours with the rounded δ, cuDNN, FA2 (absent or with "error"), each
+    combined over the sweep's rounds."""
     policy = meta.get("default_policy", "standard")
     delta = meta.get("default_delta_source", "compensated")
     shapes = {}
@@ -48,13 +74,13 @@ def collect(meta, rows):
             if r.get("numerics", "fused") != "fused" or r.get("policy") != policy:
                 continue
             if r.get("delta_source") == delta:
-                s["ours"] = r
+                s.setdefault("ours", []).append(r)
             elif r.get("delta_source") == "rounded":
-                s["rounded"] = r
+                s.setdefault("rounded", []).append(r)
         else:
-            s[r["impl"]] = r
+            s.setdefault(r["impl"], []).append(r)
     order = sorted(shapes, key=lambda k: (k[3], not k[4], k[0] * k[1], k[2], k[0]))
-    return policy, delta, [(k, shapes[k]) for k in order]
+    return policy, delta, [(k, {slot: combine(ms) for slot, ms in shapes[k].items()}) for k in order]
 
 
 def ok(m):
@@ -78,6 +104,11 @@ def label(k):
     return f"{k[0]},{k[1]},{k[2]},{k[3]} {'causal' if k[4] else 'full'}"
 
 
+def rounds_note(shapes):
+    n = max((m.get("rounds", 1) for _, s in shapes for m in s.values()), default=1)
+    return f" Times: the median of {n} rounds (each round every shape once, in the sweep's order)." if n > 1 else ""
+
+
 def table(meta, rows):
     policy, delta, shapes = collect(meta, rows)
     out = []
@@ -85,7 +116,7 @@ def table(meta, rows):
     p(f"Attention sweep: ours = fused + {policy} shift + {delta} δ (the default); cure = {delta} vs rounded δ "
       f"({policy} shift), time of forward + backward (forward / backward). TFLOP/s: forward 4·B·H·T²·D (halved when "
       f"causal), backward 2.5x. * = one of the four benchmark shapes. {meta.get('device') or 'device not recorded'}, commit "
-      f"{meta.get('commit', '?')[:12]}.")
+      f"{meta.get('commit', '?')[:12]}.{rounds_note(shapes)}")
     p("")
     p("| B,H,T,D | mask | B·H | ours fwd | ours bwd | cuDNN fwd | cuDNN bwd | FA2 fwd | FA2 bwd | fwd/cuDNN | bwd/cuDNN "
       "| fwd/FA2 | bwd/FA2 | rounded δ fwd | rounded δ bwd | cure fwd+bwd (fwd / bwd) | check |")

@@ -10,9 +10,12 @@
 # command line, parsed by its main(), once per shape in that process: a process per shape would
 # spend seconds each importing PyTorch). From the packed binaries (scripts/device-check.sh pack).
 #
-#   GPU machine:  scripts/attention-sweep.sh [--quick] [--skip-peers]    # or scripts/device-check.sh ... --sweep
+#   GPU machine:  scripts/attention-sweep.sh [--quick] [--skip-peers] [--rounds N]   # or scripts/device-check.sh ... --sweep
 #   anywhere:     scripts/attention-sweep.sh --estimate                  # the grid and its time estimate, runs nothing
 #   SWEEP_SHAPES="BxHxTxD:causal|full,..." replaces the grid (the four benchmark shapes stay).
+#   --rounds N (default 1): every shape measured N times, round after round (ours, then the peers'
+#   process), the table from the median times (attention-sweep-plot.py); a single measurement's
+#   spread is up to ±5% in the backward and the cure's cost, so N = 2 or 3 where those decide.
 #
 # Output in $OUT (default /tmp/stableflash-device): attention-sweep.tar.gz (attention-sweep.jsonl, every
 # measurement, one JSON object a line; the table; the plots, if matplotlib imports there; the logs) and
@@ -27,14 +30,17 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
 PEERS=${STABLEFLASH_PEERS:-.peers}
-quick=0 estimate_only=0 peers=1
-for a in "$@"; do
-  case "$a" in
+quick=0 estimate_only=0 peers=1 rounds=1
+while [ $# -gt 0 ]; do
+  case "$1" in
     --quick) quick=1 ;;
     --estimate) estimate_only=1 ;;
     --skip-peers) peers=0 ;;
-    *) echo "unknown argument: $a" >&2; exit 2 ;;
+    --rounds) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds: a positive count (got '${2:-}')" >&2; exit 2; }
+              rounds=$2; shift ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
+  shift
 done
 W=$(mktemp -d /tmp/attention-sweep.XXXXXX)
 trap 'rm -rf "$W"' EXIT
@@ -43,9 +49,9 @@ trap 'rm -rf "$W"' EXIT
 # backward) a warm-up of max(0.3 s, 3 calls) plus ~1 call of overshoot, one sizing call, 7 windows of
 # max(20 ms, 1 call); a call's time from the FLOPs at rates at the low end of what the H200 measured
 # (docs/benchmarks.md), so the estimate errs long.
-python3 - "$W" "$quick" "$peers" "${SWEEP_SHAPES:-}" <<'EOF' || exit 2
+python3 - "$W" "$quick" "$peers" "${SWEEP_SHAPES:-}" "$rounds" <<'EOF' || exit 2
 import math, sys
-w, quick, peers, override = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1", sys.argv[4]
+w, quick, peers, override, rounds = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1", sys.argv[4], int(sys.argv[5])
 BENCH = [(16, 12, 1024, 64, True), (16, 12, 1024, 64, False), (8, 16, 4096, 128, True), (2, 16, 16384, 128, True)]
 # (B, H) per B·H, and the T of each: shorter T as B·H grows (the work grows as B·H·T²), every T of
 # the issue at one B·H at least, 44 grid shapes in all: the time goes mostly to the fixed cost of a
@@ -72,8 +78,8 @@ def phase_s(call):
 def impl_s(name, s):
     f, (rf, rb) = flop(*s), RATES[name]
     return phase_s(f / rf / 1e12) + phase_s(2.5 * f / rb / 1e12) + (0.6 if name == "cudnn" else 0.05)
-ours = sum(2 * impl_s("ours", s) for s in shapes) + 8 * 0.5 + 2  # 2 δ sources; 8 oracle checks; start
-peer = (sum(impl_s("cudnn", s) + impl_s("flash", s) for s in shapes) + 8) if peers else 0.0  # start: import torch
+ours = rounds * (sum(2 * impl_s("ours", s) for s in shapes) + 8 * 0.5 + 2)  # 2 δ sources; 8 oracle checks; start
+peer = (rounds * sum(impl_s("cudnn", s) + impl_s("flash", s) for s in shapes) + 8) if peers else 0.0  # start: import torch
 with open(f"{w}/ours-shapes.txt", "w") as f:
     f.write(",".join(f"{b}x{h}x{t}x{d}:{'causal' if c else 'full'}" for b, h, t, d, c in shapes) + "\n")
 with open(f"{w}/peer-shapes.txt", "w") as f:
@@ -86,7 +92,8 @@ for d in sorted({s[3] for s in shapes}):
         if row:
             print(f"  D {d:3d} {'causal' if c else 'full  '}: " + " ".join(f"{s[0]}x{s[1]}x{s[2]}" for s in row))
 print(f"{len(shapes)} shapes (grid{' (SWEEP_SHAPES)' if override else ' (--quick)' if quick else ''} + the four benchmark "
-      f"shapes); estimated {ours + peer:.0f} s: ours (2 configurations) {ours:.0f} s, peers (cuDNN, FA2) {peer:.0f} s")
+      f"shapes){f', {rounds} rounds' if rounds > 1 else ''}; estimated {ours + peer:.0f} s: ours (2 configurations) "
+      f"{ours:.0f} s, peers (cuDNN, FA2) {peer:.0f} s")
 EOF
 read -r est_total est_ours est_peers <"$W/estimate.txt"
 [ $estimate_only = 1 ] && exit 0
@@ -112,21 +119,29 @@ echo "default attention: fused, policy ${default_policy:?}, delta_source ${defau
 deltas=$default_delta
 [ "$default_delta" = rounded ] || deltas="$default_delta,rounded"
 
-step "benchmark: ours, $(tr ',' '\n' <"$W/ours-shapes.txt" | wc -l) shapes x {$deltas} (estimated ${est_ours} s)"
-timeout $((2 * est_ours + 60)) "$BIN"/stableflash bench attention --shapes "$(cat "$W/ours-shapes.txt")" --numerics fused \
-  --policy "$default_policy" --delta-source "$deltas" --json "$W/ours-raw.jsonl" 2>&1 | tee "$W/ours.txt"
-rc=${PIPESTATUS[0]}
-[ $rc = 0 ] || { echo "bench attention: exit $rc (124: timed out)"; status=1; }
+step "benchmark: ours, $(tr ',' '\n' <"$W/ours-shapes.txt" | wc -l) shapes x {$deltas}, $rounds round(s) (estimated ${est_ours} s)"
+: >"$W/ours-raw.jsonl"
+: >"$W/ours.txt"
+for ((round = 1; round <= rounds; ++round)); do
+  [ "$rounds" = 1 ] || echo "--- round $round of $rounds" | tee -a "$W/ours.txt"
+  timeout $((2 * est_ours / rounds + 60)) "$BIN"/stableflash bench attention --shapes "$(cat "$W/ours-shapes.txt")" --numerics fused \
+    --policy "$default_policy" --delta-source "$deltas" --json "$W/ours-round.jsonl" 2>&1 | tee -a "$W/ours.txt"
+  rc=${PIPESTATUS[0]}
+  cat "$W/ours-round.jsonl" >>"$W/ours-raw.jsonl" 2>/dev/null
+  [ $rc = 0 ] || { echo "bench attention (round $round): exit $rc (124: timed out)"; status=1; }
+done
+rm -f "$W/ours-round.jsonl"
 
 if [ $peers = 1 ]; then
   step "benchmark: peers, SDPA cuDNN and flash (FA2), one process (estimated ${est_peers} s)"
   # torch_peers.py as it is: its main() parses its own command line, once per shape
-  timeout $((2 * est_peers + 60)) env PYTHONUNBUFFERED=1 python3 - "$PEERS" "$W/peer-shapes.txt" "$W/peers-raw.jsonl" 2>"$W/peers.err" <<'EOF'
+  timeout $((2 * est_peers + 60)) env PYTHONUNBUFFERED=1 python3 - "$PEERS" "$W/peer-shapes.txt" "$W/peers-raw.jsonl" "$rounds" 2>"$W/peers.err" <<'EOF'
 import contextlib, io, json, sys, time
 sys.path.insert(0, sys.argv[1])
 import torch, torch_peers
 out = open(sys.argv[3], "w")
-for line in open(sys.argv[2]):
+rounds = int(sys.argv[4])
+for line in [l for _ in range(rounds) for l in open(sys.argv[2])]:  # round after round, the shapes in order
     b, h, t, d, causal = map(int, line.split())
     argv = ["torch_peers.py", "attention", "--B", str(b), "--H", str(h), "--T", str(t), "--D", str(d), "--backends", "cudnn,flash"]
     argv += ["--causal"] if causal else []
