@@ -63,7 +63,8 @@ __device__ __forceinline__ void load_tile(const CUtensorMap* map, std::uint32_t 
 
 // Where the fused fast path's K and V tiles come from (kv_h: the K/V head the CTA's query head reads).
 // SelfFeed: the walking warpgroup's thread 0
-// issues the copies itself, one step ahead, into double buffers freed by a __syncthreads at the end
+// issues the copies itself: Q (barrier 0) and K_0 together at the start, so the CTA pays one L2
+// round trip before its first product rather than two; then one step ahead, into double buffers freed by a __syncthreads at the end
 // of each step (K_j: bars + 8 (1 + j % 2), V_j: bars + 8 (3 + j % 2)); step j's copies (K_(j+1),
 // V_j) go into buffers whose last readers, S_(j-1) and P_(j-2) V_(j-2), were waited for before the
 // previous step's __syncthreads. The warp-specialized kernel's feed (forward_ws_kernel.cuh) waits
@@ -72,13 +73,17 @@ template <int D, int BK, int KV>
 struct SelfFeed {
   static constexpr int kStepsPerIteration = 2;  // buffers alternate: forward_pipelined_walk unrolls by the parity
   const ForwardParams& p;
-  int kv_h, b, total;
-  std::uint32_t s_k0, s_v0, bars;
+  int m0, h, kv_h, b, total;  // the CTA's 64 query rows from m0 of head h
+  std::uint32_t s_q, s_k0, s_v0, bars;
 
   __device__ std::uint32_t k(int j) const { return s_k0 + (j & 1) * KV; }
   __device__ std::uint32_t v(int j) const { return s_v0 + (j & 1) * KV; }
   __device__ void start() const {
-    if (threadIdx.x == 0 && total > 0) load_tile<D, BK>(&p.tma_k, k(0), 0, kv_h, b, bars + 8);
+    if (threadIdx.x == 0) {
+      load_tile<D, 64>(&p.tma_q, s_q, m0, h, b, bars);
+      if (total > 0) load_tile<D, BK>(&p.tma_k, k(0), 0, kv_h, b, bars + 8);
+    }
+    mbar_wait(bars, 0);
   }
   __device__ void begin_step(int j) const {
     if (threadIdx.x != 0) return;
@@ -306,11 +311,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
   // overlaps each step's softmax with the previous step's P-bar * V on the tensor cores.
   if constexpr (!kMultiPass) {
     if (p.walk == static_cast<int>(ForwardWalk::pipelined)) {
-      if (threadIdx.x == 0) load_tile<D, 64>(&p.tma_q, s_q, m0, h, b, bars);
-      mbar_wait(bars, 0);
       constexpr int BKF = Traits::kFastBlockK;
       const int steps = (n_keys + BKF - 1) / BKF;
-      const SelfFeed<D, BKF, Traits::kSmemKV> feed{p, kv_h, b, steps, s_k0, s_v0, bars};
+      const SelfFeed<D, BKF, Traits::kSmemKV> feed{p, m0, h, kv_h, b, steps, s_q, s_k0, s_v0, bars};
       forward_pipelined_walk<D, BKF>(p, rows, feed, steps, min_last, t, s_q);
       finish(rows);
       return;

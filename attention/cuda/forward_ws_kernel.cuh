@@ -65,12 +65,21 @@ struct WsBarriers {
   __device__ std::uint32_t v_empty(int s) const { return base + 8 * (2 * kConsumers + 3 * kStages + s); }
 };
 
-// The consumers' side of the K/V ring. The ring runs on across a CTA's tiles: step j of the
-// current tile is ring position first + j, in stage (first + j) % kStages, whose n-th use (n =
-// (first + j) / kStages) completes phase n of the stage's full barrier.
+// A place in the K/V ring, which runs on across a CTA's tiles: position n is in stage n % kStages,
+// its use (n / kStages) of that stage completes phase use & 1 of the stage's full barrier and
+// waits for phase (use - 1) & 1 of its empty one. Positions are never negative; unsigned, stage
+// and use are a mask and a shift where int's % and / also round towards zero for negative values
+// (3 more instructions each). The producer and the consumers both count in it.
+struct KvRingPlace {
+  static constexpr unsigned kStages = kWsForwardStages;
+  unsigned position;
+  __device__ unsigned stage() const { return position % kStages; }
+  __device__ unsigned use() const { return position / kStages; }
+};
+
+// The consumers' side of the K/V ring: step j of the current tile is ring position first + j.
 template <class Traits>
 struct ProducerFeed {
-  static constexpr int kStages = kWsForwardStages;
   std::uint32_t s_k0, s_v0;
   WsBarriers<Traits::kConsumers> bars;
   int consumer = 0;  // whose Q this feed hands back (release_q)
@@ -83,11 +92,9 @@ struct ProducerFeed {
   // handing on. 0: no turns.
   int turn_bar = 0, next_turn_bar = 0;
 
-  // Ring positions are never negative; unsigned, their stage and use are a mask and a shift where
-  // int's % and / also round towards zero for negative values (3 more instructions each).
-  __device__ unsigned position(int j) const { return unsigned(first + j); }
-  __device__ unsigned stage(int j) const { return position(j) % kStages; }
-  __device__ unsigned phase(int j) const { return (position(j) / kStages) & 1; }
+  __device__ KvRingPlace place(int j) const { return {unsigned(first + j)}; }
+  __device__ unsigned stage(int j) const { return place(j).stage(); }
+  __device__ unsigned phase(int j) const { return place(j).use() & 1; }
   __device__ std::uint32_t k(int j) const { return s_k0 + stage(j) * Traits::kSmemKV; }
   __device__ std::uint32_t v(int j) const { return s_v0 + stage(j) * Traits::kSmemKV; }
   __device__ void start() const {}
@@ -176,8 +183,8 @@ __device__ __forceinline__ int steps_of_rows(const ForwardParams& p, int m0) {
 template <class Traits>
 __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTileOrder<Traits::kCtaRows, Traits::kHeadDim>& order,
                                               const ProducerFeed<Traits>& feed, std::uint32_t s_q, volatile WsTile* handed) {
-  constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK, S = kWsForwardStages, C = Traits::kConsumers;
-  int position = 0;  // in the K/V ring
+  constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK, C = Traits::kConsumers;
+  KvRingPlace ring{0};
   int tile = order.tile(0);  // round 0 is the same in both schedules: CTA i takes tile i
   for (int round = 0;; ++round) {
     if (round > 0) {
@@ -197,8 +204,8 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
     const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
 #pragma unroll
     for (int c = 0; c < C; ++c) load_tile<D, 64>(&p.tma_q, s_q + c * Traits::kSmemQ, m0 + 64 * c, h, b, feed.bars.q(c));
-    for (int j = 0; j < total; ++j, ++position) {
-      const int s = position % S, use = position / S;
+    for (int j = 0; j < total; ++j, ++ring.position) {
+      const unsigned s = ring.stage(), use = ring.use();
       if (use > 0) mbar_wait(feed.bars.k_empty(s), (use - 1) & 1);
       load_tile<D, BK>(&p.tma_k, feed.s_k0 + s * Traits::kSmemKV, j * BK, kv_h, b, feed.bars.k_full(s));
       if (use > 0) mbar_wait(feed.bars.v_empty(s), (use - 1) & 1);
