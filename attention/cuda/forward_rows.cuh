@@ -158,7 +158,7 @@ struct ForwardRows {
   const int row0;   // query index of row (0, 0)
   const int lrow0;  // the same row within the CTA
   const std::uint32_t b, h;
-  int last[MR][2];         // last visible key per row; -1 for rows past Tq (never stored)
+  int last[MR][2];         // last visible key per row; -1 for rows past Tq or before row 0 (never stored)
   float row_const[MR][2];  // the policy's per-row constant (hashed offset), if it has one
   // The parts. (Their order, and that of PaperRowState's members, sets the order of the loop's
   // phi copies in nvcc's output and so ptxas's register allocation: this one gives the fewest
@@ -183,7 +183,7 @@ struct ForwardRows {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int i = row0 + row_offset(mi, hf);
-        last[mi][hf] = i < p.q_len ? last_key(i, p.q_len, p.k_len, p.causal != 0) : -1;
+        last[mi][hf] = unsigned(i) < unsigned(p.q_len) ? last_key(i, p.q_len, p.k_len, p.causal != 0) : -1;
         if constexpr (has_row_constant<Policy>()) row_const[mi][hf] = policy.row_constant(RowId{b, h, std::uint32_t(i)});
         top2.reset(mi, hf);
         events.clear(mi, hf);
@@ -420,7 +420,7 @@ struct ForwardEpilogue {
     return fused::finalize_output(exact_output(rows, mi, nd, hf, e2, l_row, rcp_l, 0.0f), bits);
   }
 
-  // Calls f(mi, hf, row, l, seen) for each row this thread holds below Tq (kEveryRow: every row),
+  // Calls f(mi, hf, row, l, seen) for each row this thread holds in [0, Tq) (kEveryRow: every row),
   // with the row's full sum l (fused: the quad's partial sums added; every lane takes part in that)
   // and whether it saw a key.
   template <bool kEveryRow = false, class F>
@@ -431,11 +431,11 @@ struct ForwardEpilogue {
       for (int hf = 0; hf < 2; ++hf) {
         const int i = rows.row0 + row_offset(mi, hf);
         const float l_row = kPaper ? rows.softmax.l[mi][hf] : quad_sum(rows.softmax.l[mi][hf]);
-        if (kEveryRow || i < p.q_len) f(mi, hf, i, l_row, rows.softmax.seen(mi, hf));
+        if (kEveryRow || unsigned(i) < unsigned(p.q_len)) f(mi, hf, i, l_row, rows.softmax.seen(mi, hf));
       }
   }
 
-  // Visits every output element pair this thread holds in rows < Tq: emit(row, local_row, nd,
+  // Visits every output element pair this thread holds in rows [0, Tq): emit(row, local_row, nd,
   // O pair, residual pair) with O = BF16(O_fp32) and r = BF16(O_fp32 - O) (the compensated
   // delta's residual; 0 unless `residual`). Columns nd * 8 + 2t, + 1. Rows that saw no key: 0.
   // fused decides `residual` once here, not per element (per element, nvcc interleaved predicated

@@ -135,10 +135,16 @@ struct WsTileOrder {
   static constexpr long long kL2Whole = 32ll << 20;
   int blocks, batch_heads, heads, tiles, section;
   bool causal;
+  // Causal tiles end within 64 rows of the sequence's last row, so the first tile starts
+  // causal_lead rows (whole consumers' 64) before row 0: the partial tile, where some consumers have
+  // no rows, is then the lightest (one step at 1,024 rows and D = 64: 27 CTA steps a head against
+  // 32 with the partial tile last, where it is the heaviest). Consumers before row 0 load and store
+  // nothing (a bulk copy's coordinates stay >= 0).
+  int causal_lead;
 
   __device__ explicit WsTileOrder(const ForwardParams& p)
       : blocks((p.q_len + kRows - 1) / kRows), batch_heads(p.batch * p.heads), heads(p.heads),
-        tiles(blocks * batch_heads), causal(p.causal != 0) {  // tiles < 2^31: check_forward_index_ranges
+        tiles(blocks * batch_heads), causal(p.causal != 0), causal_lead((blocks * kRows - p.q_len) / 64 * 64) {  // tiles < 2^31: check_forward_index_ranges
     // K and V, BF16, of one query head (grouped-query heads share theirs)
     const long long kv_bytes = (4ll * kHeadDim * max(p.k_len, 1) + p.kv_group - 1) / p.kv_group;
     const long long budget = kv_bytes * batch_heads <= kL2Whole ? kL2Whole : kL2Budget;
@@ -160,17 +166,18 @@ struct WsTileOrder {
     const int first_head = t / (section * blocks) * section, r = t % (section * blocks);
     const int width = min(section, batch_heads - first_head);  // the last section may be narrower
     const int bh = first_head + r % width;
-    return {(blocks - 1 - r / width) * kRows, bh % heads, bh / heads};
+    return {(blocks - 1 - r / width) * kRows - causal_lead, bh % heads, bh / heads};
   }
 };
 
 // K/V steps of kRows query rows from m0 on: those of the last row among them (none past q_len). The
 // producer loads a tile's steps (kRows = kCtaRows); a consumer computes its own rows' (kRows = 64)
 // and hands the rest back unread: on the causal diagonal an earlier consumer's rows see up to 64
-// (kConsumers - 1) keys fewer, and a tile past the sequence's end has consumers without rows.
+// (kConsumers - 1) keys fewer, and a tile past the sequence's end or before its start (a causal
+// sequence's first tile, WsTileOrder) has consumers without rows.
 template <int kRows, class Traits>
 __device__ __forceinline__ int steps_of_rows(const ForwardParams& p, int m0) {
-  if (m0 >= p.q_len) return 0;
+  if (m0 >= p.q_len || m0 + kRows <= 0) return 0;
   return (cta_keys<kRows, Traits::kBlockK, false>(p, m0).n_keys + Traits::kBlockK - 1) / Traits::kBlockK;
 }
 
@@ -193,7 +200,7 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
     }
     // Written before the barriers' arrivals (release), read after their waits (acquire).
     if (tile >= order.tiles) {
-      handed->m0 = -1;
+      handed->steps = WsTile::kEnd;
 #pragma unroll
       for (int c = 0; c < C; ++c) mbar_arrive(feed.bars.q(c));
       break;
@@ -203,7 +210,13 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
     handed->m0 = m0, handed->h = h, handed->b = b, handed->steps = total;
     const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
 #pragma unroll
-    for (int c = 0; c < C; ++c) load_tile<D, 64>(&p.tma_q, s_q + c * Traits::kSmemQ, m0 + 64 * c, h, b, feed.bars.q(c));
+    for (int c = 0; c < C; ++c) {
+      if (m0 + 64 * c >= 0) {
+        load_tile<D, 64>(&p.tma_q, s_q + c * Traits::kSmemQ, m0 + 64 * c, h, b, feed.bars.q(c));
+      } else {
+        mbar_arrive(feed.bars.q(c));  // a consumer before row 0: no rows, no copy
+      }
+    }
     for (int j = 0; j < total; ++j, ++ring.position) {
       const unsigned s = ring.stage(), use = ring.use();
       if (use > 0) mbar_wait(feed.bars.k_empty(s), (use - 1) & 1);
@@ -271,9 +284,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   for (int round = 0;; ++round) {
     mbar_wait(feed.bars.q(c), round & 1);
     const volatile WsTile& handed = shared.tile;
-    const int m0 = handed.m0;
-    if (m0 < 0) break;
-    const int h = handed.h, b = handed.b, total = handed.steps, m0c = m0 + 64 * c;
+    const int total = handed.steps;
+    if (total == WsTile::kEnd) break;
+    const int m0 = handed.m0, h = handed.h, b = handed.b, m0c = m0 + 64 * c;
     const int own = steps_of_rows<64, Traits>(p, m0c);
     Rows rows(p, nullptr, nullptr, b, h, m0c + warp * 16 + lane / 4, warp * 16 + lane / 4);
     forward_pipelined_walk<D, BK>(p, rows, tile_feed, own, last_key(m0c, p.q_len, p.k_len, p.causal != 0), t, s_qc);
@@ -290,6 +303,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
     }
     tile_feed.first += total;
 
+    if (m0c < 0) continue;  // a consumer before row 0 (WsTileOrder::causal_lead): nothing to store
     if (p.store_by_tma) {
       if (round > 0) {  // the previous tile's copies have read the staging tiles (long since)
         if (tid == 0) bulk_wait_group_read<0>();

@@ -175,8 +175,11 @@ constexpr int cta_start_registers(int threads) { return 65536 / threads / 8 * 8;
 // decoded by the producer's one thread: the consumers' warps would otherwise each repeat the tile
 // order's integer divisions (tens of instructions each) between two tiles.
 struct alignas(16) WsTile {
-  int m0, h, b;  // the tile's first query row, its head and batch; m0 < 0: no tile left
-  int steps;     // its K/V steps: ring positions it takes (steps_of_rows of the whole tile)
+  // The tile's first query row (negative for a causal sequence's first tile, WsTileOrder), its head
+  // and batch.
+  int m0, h, b;
+  int steps;  // its K/V steps: ring positions it takes (steps_of_rows of the whole tile); kEnd: no tile left
+  static constexpr int kEnd = -1;
 };
 
 template <int kHeadDim_, int kConsumers_ = kHeadDim_ == 64 ? 3 : 2>

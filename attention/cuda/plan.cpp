@@ -193,11 +193,12 @@ bool takes_warp_specialized_forward(const AttentionShape& s, bool causal) {
   if (s.k_len <= kOneWarpgroupMaxKeys) return false;
   if (s.head_dim == 128 || !causal) return true;
   // D = 64 causal: where rows see on average kWsMinMeanCausalKeys keys or more. The three consumers'
-  // 192-row tiles step 128 keys at a time, so on the diagonal and in a sequence's last tile they
-  // load steps that only some consumers compute; on short causal rows that costs more than sharing
-  // each K/V tile three ways gains (measured: -6% at 1,024 x 1,024, -1.5% at 2,048 x 2,048 with
-  // 512 heads, +27% with 32; docs/benchmarks.md).
-  constexpr double kWsMinMeanCausalKeys = 1024;
+  // 192-row tiles step 128 keys at a time, so on the diagonal they load steps that only some
+  // consumers compute; on short causal rows that costs more than sharing each K/V tile three ways
+  // gains. Measured with the causal tiles ending at the sequence's end (WsTileOrder::causal_lead;
+  // docs/benchmarks.md): +5% at 1,024 x 1,024 (mean 512 keys) and 1,000 x 1,000, +20% with 48
+  // heads of 1,024, -3% at 512 x 512 (mean 256); the bound lies between the two means.
+  constexpr double kWsMinMeanCausalKeys = 384;
   return mean_visible_keys(s, causal) >= kWsMinMeanCausalKeys;
 }
 

@@ -44,7 +44,7 @@ enum class ForwardKernel {
 
 // Whether the fast path runs the warp-specialized kernel for this shape (plan_forward; measured
 // crossovers in plan.cpp): past 128 keys, at D = 64 causal only where query rows see on average
-// 1,024 keys or more (mean_visible_keys).
+// 384 keys or more (mean_visible_keys).
 bool takes_warp_specialized_forward(const AttentionShape& shape, bool causal);
 double mean_visible_keys(const AttentionShape& shape, bool causal);
 

@@ -38,12 +38,12 @@ struct Case {
 TEST(LaunchPlan, ForwardKernelAndWalkPerShapeAndOptions) {
   using enum ForwardKernel;
   const Case cases[] = {
-      // the fused fast path (1,000 keys, causal): warp-specialized at D = 128, one warpgroup at D = 64
+      // the fused fast path (1,000 keys, causal: 500 a row on average): warp-specialized at both head dims
       {128, Numerics::fused, ShiftPolicy::standard, false, warp_specialized, ForwardWalk::pipelined},
       {128, Numerics::fused, ShiftPolicy::hashed_offset, false, warp_specialized, ForwardWalk::pipelined},
       {128, Numerics::fused, ShiftPolicy::fixed_offset, false, warp_specialized, ForwardWalk::pipelined},
-      {64, Numerics::fused, ShiftPolicy::standard, false, one_warpgroup, ForwardWalk::pipelined},
-      {64, Numerics::fused, ShiftPolicy::hashed_offset, false, one_warpgroup, ForwardWalk::pipelined},
+      {64, Numerics::fused, ShiftPolicy::standard, false, warp_specialized, ForwardWalk::pipelined},
+      {64, Numerics::fused, ShiftPolicy::hashed_offset, false, warp_specialized, ForwardWalk::pipelined},
       // the published rule counts ties per numerics tile: units with a pre-pass, one warpgroup
       {128, Numerics::fused, ShiftPolicy::paper, false, one_warpgroup, ForwardWalk::units},
       {64, Numerics::fused, ShiftPolicy::paper, false, one_warpgroup, ForwardWalk::units},
@@ -92,7 +92,7 @@ TEST(LaunchPlan, ShortKeyRangesTakeTheOneWarpgroupForwardAtHeadDim128) {
 }
 
 TEST(LaunchPlan, LongRowsTakeTheWarpSpecializedForwardAtHeadDim64) {
-  // full attention past 128 keys; causal from 1,024 visible keys per row on average (causal rows
+  // full attention past 128 keys; causal from 384 visible keys per row on average (causal rows
   // see half of a square's keys)
   AttentionOptions opt;
   opt.device = Device::cuda, opt.numerics = Numerics::fused, opt.policy = ShiftPolicy::hashed_offset;
@@ -104,10 +104,11 @@ TEST(LaunchPlan, LongRowsTakeTheWarpSpecializedForwardAtHeadDim64) {
   };
   using enum ForwardKernel;
   for (const LenCase& c : {LenCase{64, 128, false, 128, one_warpgroup}, LenCase{1, 129, false, 129, warp_specialized},
-                           LenCase{2047, 2047, false, 2047, warp_specialized}, LenCase{2047, 2047, true, 1024, warp_specialized},
-                           LenCase{2046, 2046, true, 1023.5, one_warpgroup}, LenCase{300, 4097, true, 3947.5, warp_specialized},
+                           LenCase{2047, 2047, false, 2047, warp_specialized}, LenCase{767, 767, true, 384, warp_specialized},
+                           LenCase{766, 766, true, 383.5, one_warpgroup}, LenCase{300, 4097, true, 3947.5, warp_specialized},
                            // Tq > Tk: rows before the last k_len see nothing
-                           LenCase{8192, 4095, true, 4095.0 * 4096 / (2 * 8192), one_warpgroup}}) {
+                           LenCase{8192, 2507, true, 2507.0 * 2508 / (2 * 8192), one_warpgroup},
+                           LenCase{8192, 2509, true, 2509.0 * 2510 / (2 * 8192), warp_specialized}}) {
     opt.causal = c.causal;
     const AttentionShape shape{2, 4, c.q_len, c.k_len, 64};
     const std::string what = std::to_string(c.q_len) + " x " + std::to_string(c.k_len) + (c.causal ? " causal" : " full");

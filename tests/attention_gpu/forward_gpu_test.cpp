@@ -68,8 +68,10 @@ std::vector<FwdCase> fused_cases() {
   for (int t : {17, 1025}) out.push_back({2, 1, t, t, 128, true, bhtd, standard, 1.0});
   out.push_back({1, 1, 4097, 4097, 128, true, bhtd, standard, 1.0});
   out.push_back({1, 1, 4097, 4097, 64, false, bhtd, standard, 1.0});
-  // D = 64 causal rows of >= 1,024 keys on average: the warp-specialized kernel (plan_forward; full
-  // attention takes it past 128 keys, as the shapes above do)
+  // D = 64 causal rows of >= 384 keys on average: the warp-specialized kernel (plan_forward; full
+  // attention takes it past 128 keys, as the shapes above do, and causal ones from 1,000 rows on);
+  // its causal tiles end at the sequence's end, the first one partial (4,097 rows: 64 rows before
+  // row 0 in no consumer's hands)
   out.push_back({1, 1, 4097, 4097, 64, true, bhtd, standard, 1.0});
   out.push_back({1, 2, 300, 4097, 64, true, bthd, ShiftPolicy::hashed_offset, 1.0});
   out.push_back({2, 1, 2100, 2100, 64, false, bthd, ShiftPolicy::fixed_offset, 5.0});
