@@ -8,8 +8,8 @@
 //
 // Runs the `fused` fast path (one shift per 128-key step, no event counters, a policy that needs
 // no tile-wide tie count) where the plan picks it (takes_warp_specialized_forward, plan.cpp): past
-// 128 keys, with two consumers at D = 128 and three (192 rows) at D = 64, there causal only on
-// long rows. Everything else takes the one-warpgroup kernel. The consumers' walk is
+// 128 keys, with two consumers at D = 128 and three (192 rows) at D = 64, there causal only from
+// 384 visible keys a row on average. Everything else takes the one-warpgroup kernel. The consumers' walk is
 // forward_pipelined_walk, the same code the one-warpgroup kernel runs, fed by ProducerFeed, which
 // also makes the consumers take turns issuing their products.
 //

@@ -42,10 +42,11 @@ enum class ForwardKernel {
   warp_specialized,  // forward_ws_kernel.cuh: producer + 2 (D = 128) or 3 (D = 64) consumer warpgroups, fast path only
 };
 
-// Whether the fast path runs the warp-specialized kernel for this shape (plan_forward; measured
-// crossovers in plan.cpp): past 128 keys, at D = 64 causal only where query rows see on average
-// 384 keys or more (mean_visible_keys).
-bool takes_warp_specialized_forward(const AttentionShape& shape, bool causal);
+// Whether the fast path runs the warp-specialized kernel for this shape on `sms` SMs (plan_forward;
+// measured crossovers in plan.cpp): past 128 keys, at D = 64 causal only where query rows see on
+// average 384 keys or more (mean_visible_keys); up to 128 keys at D = 128 where the 128-row tiles
+// make two rounds of the persistent grid or more.
+bool takes_warp_specialized_forward(const AttentionShape& shape, bool causal, int sms);
 double mean_visible_keys(const AttentionShape& shape, bool causal);
 
 // How the warp-specialized kernel's CTAs take their tiles (forward_ws_kernel.cuh).

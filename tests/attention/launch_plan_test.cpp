@@ -75,18 +75,38 @@ TEST(LaunchPlan, ForwardKernelAndWalkPerShapeAndOptions) {
   }
 }
 
-TEST(LaunchPlan, ShortKeyRangesTakeTheOneWarpgroupForwardAtHeadDim128) {
-  // up to 128 keys the fast path runs one 64-row warpgroup per CTA (two CTAs per SM), past them the
-  // warp-specialized kernel
+TEST(LaunchPlan, ShortKeyRangesTakeTheOneWarpgroupForwardAtHeadDim128UnderTwoRounds) {
+  // up to 128 keys the fast path runs one 64-row warpgroup per CTA (two CTAs per SM) unless the
+  // 128-row tiles of the warp-specialized kernel make two rounds of its persistent grid or more;
+  // past 128 keys always the warp-specialized kernel
   AttentionOptions opt;
   opt.device = Device::cuda, opt.numerics = Numerics::fused, opt.policy = ShiftPolicy::standard;
+  constexpr int kSms = 132;
   for (const bool causal : {false, true}) {
     opt.causal = causal;
-    for (const auto& [k_len, kernel] : {std::pair{1, ForwardKernel::one_warpgroup}, std::pair{128, ForwardKernel::one_warpgroup},
-                                        std::pair{129, ForwardKernel::warp_specialized}}) {
-      const ForwardPlan plan = plan_forward(forward_args({32, 16, 128, k_len, 128}), opt);
-      EXPECT_EQ(plan.kernel, kernel) << "k_len " << k_len << (causal ? " causal" : " full");
-      EXPECT_EQ(plan.walk, ForwardWalk::pipelined) << "k_len " << k_len;
+    struct ShortCase {
+      AttentionShape shape;
+      ForwardKernel kernel;
+    };
+    for (const ShortCase& c : {
+             // 8 x 16 tiles of 128 rows: under one round
+             ShortCase{{8, 16, 128, 1, 128}, ForwardKernel::one_warpgroup},
+             ShortCase{{8, 16, 128, 128, 128}, ForwardKernel::one_warpgroup},
+             ShortCase{{8, 16, 128, 129, 128}, ForwardKernel::warp_specialized},
+             // 263 tiles (one short of 2 x 132), then 264
+             ShortCase{{1, 263, 100, 128, 128}, ForwardKernel::one_warpgroup},
+             ShortCase{{1, 132, 256, 128, 128}, ForwardKernel::warp_specialized},
+             // 32 x 16: 3.9 rounds
+             ShortCase{{32, 16, 128, 128, 128}, ForwardKernel::warp_specialized},
+             // D = 64 stays on the one-warpgroup kernel up to 128 keys
+             ShortCase{{32, 16, 128, 128, 64}, ForwardKernel::one_warpgroup},
+         }) {
+      const ForwardPlan plan = plan_forward(forward_args(c.shape), opt, kSms);
+      const std::string what = std::to_string(c.shape.batch) + " x " + std::to_string(c.shape.heads) + " x " +
+                               std::to_string(c.shape.q_len) + " x " + std::to_string(c.shape.k_len) + " D " +
+                               std::to_string(c.shape.head_dim) + (causal ? " causal" : " full");
+      EXPECT_EQ(plan.kernel, c.kernel) << what;
+      EXPECT_EQ(plan.walk, ForwardWalk::pipelined) << what;
     }
   }
 }

@@ -82,6 +82,10 @@ std::vector<FwdCase> fused_cases() {
   // against 3 rounds on 132 SMs, 3 against 4 on 114); every shorter D = 64 case above runs two
   out.push_back({1, 64, 768, 768, 64, false, bthd, ShiftPolicy::hashed_offset, 1.0});
   out.push_back({2, 16, 1100, 1100, 128, true, bthd, ShiftPolicy::hashed_offset, 1.0});
+  // up to 128 keys at D = 128 with two rounds of 128-row tiles or more (280 and 540 tiles on 132
+  // SMs): the warp-specialized kernel, one step a tile; the second with rows that see no key
+  out.push_back({2, 140, 128, 128, 128, false, bthd, ShiftPolicy::hashed_offset, 1.0});
+  out.push_back({1, 270, 200, 97, 128, true, bthd, standard, 1.0});
   // causal heads whose K/V exceed 32 MB together (72 x 512 KB): sections of 16 heads in L2, the
   // last 8 wide (WsTileOrder); the causal shapes above fit in one section
   out.push_back({1, 72, 1024, 1024, 128, true, bthd, ShiftPolicy::hashed_offset, 1.0});
