@@ -18,9 +18,11 @@
 #   AB_DELTA (default compensated) the options; --lab also runs scripts/forward-lab.sh on that
 #   variant (FORWARD_LAB_SHAPES, FORWARD_LAB_VARIANTS as there).
 #
-# Output: the table on stdout and in $OUT/attention-ab.md, each run's bench output in
-# $OUT/ab-NAME-ROUND.txt, the test and sanitizer logs (default OUT=/tmp/stableflash-device); exit
-# status 1 if a test, a sanitizer, a run or the byte comparison failed.
+# Output: the table on stdout and in $OUT/attention-ab.md (and forward-lab.md with --lab); each
+# run's bench output (ab-NAME-ROUND.txt), the test, sanitizer and byte-comparison logs and the lab's
+# outputs in $OUT/ab-logs.tar.gz, so that the device tool's eight files bring all of it back
+# (default OUT=/tmp/stableflash-device); exit status 1 if a test, a sanitizer, a run or the byte
+# comparison failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 AB=.ab
@@ -133,6 +135,12 @@ if [ -n "$lab" ]; then
   echo "=== forward lab on $lab ($(date +%T))"
   read -r -a lab_variants <<<"${FORWARD_LAB_VARIANTS:-production wgmma-ws wgmma-1wg}"
   OUT="$OUT" STABLEFLASH_DEVBIN="$AB/$lab" scripts/forward-lab.sh "${lab_variants[@]}" || status=1
+fi
+# Everything but the tables into one archive (the device tool brings back at most eight files).
+logs=()
+for f in "$OUT"/ab-*.txt "$OUT"/ab-*.log "$OUT"/forward-lab-*.txt; do [ -f "$f" ] && logs+=("$(basename "$f")"); done
+if [ ${#logs[@]} -gt 0 ]; then
+  tar -C "$OUT" -czf "$OUT/ab-logs.tar.gz" "${logs[@]}" && (cd "$OUT" && rm -f "${logs[@]}") || { echo "cannot archive the logs"; status=1; }
 fi
 echo "=== done (status $status, $(date +%T))"
 exit $status
