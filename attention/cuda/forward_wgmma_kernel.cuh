@@ -62,9 +62,9 @@ __device__ __forceinline__ void load_tile(const CUtensorMap* map, std::uint32_t 
 }
 
 // Where the fused fast path's K and V tiles come from (kv_h: the K/V head the CTA's query head reads).
-// SelfFeed: the walking warpgroup's thread 0
-// issues the copies itself: Q (barrier 0) and K_0 together at the start, so the CTA pays one L2
-// round trip before its first product rather than two; then one step ahead, into double buffers freed by a __syncthreads at the end
+// SelfFeed: the walking warpgroup's thread 0 issues the copies itself: Q (barrier 0) and K_0
+// together at the start, so the CTA pays one L2 round trip before its first product rather than
+// two; then one step ahead, into double buffers freed by a __syncthreads at the end
 // of each step (K_j: bars + 8 (1 + j % 2), V_j: bars + 8 (3 + j % 2)); step j's copies (K_(j+1),
 // V_j) go into buffers whose last readers, S_(j-1) and P_(j-2) V_(j-2), were waited for before the
 // previous step's __syncthreads. The warp-specialized kernel's feed (forward_ws_kernel.cuh) waits

@@ -9,7 +9,8 @@
 // Runs the `fused` fast path (one shift per 128-key step, no event counters, a policy that needs
 // no tile-wide tie count) where the plan picks it (takes_warp_specialized_forward, plan.cpp): past
 // 128 keys, with two consumers at D = 128 and three (192 rows) at D = 64, there causal only from
-// 384 visible keys a row on average. Everything else takes the one-warpgroup kernel. The consumers' walk is
+// 384 visible keys a row on average; at D = 128 also up to 128 keys where its tiles make two
+// rounds of the grid. Everything else takes the one-warpgroup kernel. The consumers' walk is
 // forward_pipelined_walk, the same code the one-warpgroup kernel runs, fed by ProducerFeed, which
 // also makes the consumers take turns issuing their products.
 //
@@ -144,7 +145,9 @@ struct WsTileOrder {
 
   __device__ explicit WsTileOrder(const ForwardParams& p)
       : blocks((p.q_len + kRows - 1) / kRows), batch_heads(p.batch * p.heads), heads(p.heads),
-        tiles(blocks * batch_heads), causal(p.causal != 0), causal_lead((blocks * kRows - p.q_len) / 64 * 64) {  // tiles < 2^31: check_forward_index_ranges
+        tiles(blocks * batch_heads),  // < 2^31: check_forward_index_ranges
+        causal(p.causal != 0),
+        causal_lead((blocks * kRows - p.q_len) / 64 * 64) {
     // K and V, BF16, of one query head (grouped-query heads share theirs)
     const long long kv_bytes = (4ll * kHeadDim * max(p.k_len, 1) + p.kv_group - 1) / p.kv_group;
     const long long budget = kv_bytes * batch_heads <= kL2Whole ? kL2Whole : kL2Budget;
