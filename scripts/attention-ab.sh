@@ -18,7 +18,7 @@
 #   AB_DELTA (default compensated) the options; --lab also runs scripts/forward-lab.sh on that
 #   variant (FORWARD_LAB_SHAPES, FORWARD_LAB_VARIANTS as there).
 #
-# Output: the table on stdout and in $OUT/attention-ab.md (and forward-lab.md with --lab); each
+# Output: the table on stdout and in $OUT/attention-ab.md (and $OUT/forward-lab.md with --lab); each
 # run's bench output (ab-NAME-ROUND.txt), the test, sanitizer and byte-comparison logs and the lab's
 # outputs in $OUT/ab-logs.tar.gz, so that the device tool's eight files bring all of it back
 # (default OUT=/tmp/stableflash-device); exit status 1 if a test, a sanitizer, a run or the byte
