@@ -196,8 +196,9 @@ bool takes_warp_specialized_forward(const AttentionShape& s, bool causal, int sm
   constexpr int kOneWarpgroupMaxKeys = 128;
   constexpr double kMinRoundsForShortRows = 2;
   if (s.k_len <= kOneWarpgroupMaxKeys) {
-    const double tiles = double(s.batch) * s.heads * blocks(s.q_len, 128);
-    return s.head_dim == 128 && tiles >= kMinRoundsForShortRows * sms;
+    if (s.head_dim != 128) return false;
+    const double tiles = double(s.batch) * s.heads * blocks(s.q_len, 64 * ws_consumers_for(s, sms));  // the kernel's tile rows
+    return tiles >= kMinRoundsForShortRows * sms;
   }
   if (s.head_dim == 128 || !causal) return true;
   // D = 64 causal: where rows see on average kWsMinMeanCausalKeys keys or more. The three consumers'
