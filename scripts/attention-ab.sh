@@ -13,7 +13,8 @@
 #     scripts/attention-ab.sh [--tests NAME[,NAME]] [--bits] [--lab NAME] NAME1 NAME2 [NAME3 ...]
 #   --bits: before the bench, the forward's outputs (o, lse, the residual) of NAME1 and NAME2 compared
 #   byte for byte (`stableflash attention --device cuda` on the same random inputs, D = 64 and 128,
-#   causal and full, the BF16 normalizer once): what a change that claims the same bits must show.
+#   causal and full, the BF16 normalizer once), and the backward's (dq, dk, dv, delta too) in
+#   deterministic mode, both numerics: what a change that claims the same bits must show.
 #   AB_SHAPES="BxHxTxD:causal|full,..." replaces the shapes; AB_POLICY (default hashed_offset) and
 #   AB_DELTA (default compensated) the options; --lab also runs scripts/forward-lab.sh on that
 #   variant (FORWARD_LAB_SHAPES, FORWARD_LAB_VARIANTS as there).
@@ -86,6 +87,10 @@ g = torch.Generator().manual_seed(7)
 for name, (B, H, T, D) in {"d128": (2, 8, 1000, 128), "d64": (2, 12, 1024, 64), "d128long": (1, 4, 2100, 128)}.items():
     save_file({n: (torch.randn(B, H, T, D, generator=g) * 2).to(torch.bfloat16) for n in ("q", "k", "v")},
               f"{sys.argv[1]}/ab-bits-{name}.safetensors")
+# backward inputs (do beside q, k, v); T not a multiple of the 64-query blocks
+for name, (B, H, T, D) in {"bd128": (2, 4, 1000, 128), "bd64": (2, 6, 777, 64)}.items():
+    save_file({n: (torch.randn(B, H, T, D, generator=g) * (2 if n != "do" else 1)).to(torch.bfloat16) for n in ("q", "k", "v", "do")},
+              f"{sys.argv[1]}/ab-bits-{name}.safetensors")
 PY
   for c in "d128 full" "d128 causal" "d64 full" "d64 causal" "d128long full" "d64 causal bf16"; do
     read -r input mask normalizer <<<"$c"
@@ -98,6 +103,19 @@ PY
         >"$OUT/ab-bits-$v.log" 2>&1 || { echo "attention of $v failed ($c)"; status=1; }
     done
     if cmp -s "$OUT/ab-bits-out-$a.safetensors" "$OUT/ab-bits-out-$b.safetensors"; then echo "same bytes: $c"; else echo "DIFFERENT: $c"; status=1; fi
+  done
+  # The backward in deterministic mode (dQ added in key-block order; the other mode's bulk
+  # reductions add in any order): o, lse, dq, dk, dv and delta, byte for byte, both numerics.
+  for c in "bd128 causal fused" "bd128 full paper" "bd64 causal paper" "bd64 full fused"; do
+    read -r input mask numerics <<<"$c"
+    rm -f "$OUT"/ab-bits-out-*.safetensors
+    opts=(--numerics "$numerics" --policy standard --delta-source compensated --device cuda --deterministic)
+    [ "$mask" = causal ] && opts+=(--causal)
+    for v in "$a" "$b"; do
+      "$AB/$v"/stableflash attention "$OUT/ab-bits-$input.safetensors" -o "$OUT/ab-bits-out-$v.safetensors" "${opts[@]}" \
+        >"$OUT/ab-bits-$v.log" 2>&1 || { echo "attention of $v failed ($c)"; status=1; }
+    done
+    if cmp -s "$OUT/ab-bits-out-$a.safetensors" "$OUT/ab-bits-out-$b.safetensors"; then echo "same bytes: backward $c"; else echo "DIFFERENT: backward $c"; status=1; fi
   done
   rm -f "$OUT"/ab-bits-*.safetensors
 fi

@@ -17,20 +17,29 @@ namespace stableflash::attention::cuda {
 // Deterministic dQ: the key blocks of one (b, h) add into a query block's dQ in key-block order.
 // Block kb waits until the counter reads kb; CTAs are dispatched in blockIdx order, and both
 // kernels' launch orders put key block kb - 1 of a (b, h) before kb, so the blocks it waits for are
-// running or done.
-__device__ __forceinline__ void wait_turn(const int* counter, int turn) {
-  if (threadIdx.x == 0) {
+// running or done. `leader` is the one thread that polls and passes the turn, `sync` the barrier of
+// the threads that add (the whole CTA, or the wgmma kernel's consumer warpgroups).
+template <class Sync>
+__device__ __forceinline__ void wait_turn(const int* counter, int turn, bool leader, Sync sync) {
+  if (leader) {
     int seen;
     do {
       asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
     } while (seen != turn);
   }
-  __syncthreads();
+  sync();
+}
+template <class Sync>
+__device__ __forceinline__ void pass_turn(int* counter, int next, bool leader, Sync sync) {
+  __threadfence();
+  sync();
+  if (leader) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(next) : "memory");
+}
+__device__ __forceinline__ void wait_turn(const int* counter, int turn) {
+  wait_turn(counter, turn, threadIdx.x == 0, [] { __syncthreads(); });
 }
 __device__ __forceinline__ void pass_turn(int* counter, int next) {
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(next) : "memory");
+  pass_turn(counter, next, threadIdx.x == 0, [] { __syncthreads(); });
 }
 
 // S^T entries a query must not see (keys past Tk, or past the causal diagonal) set to -inf, so

@@ -1,24 +1,32 @@
 // Flash-attention backward for sm_90a with warpgroup MMA (wgmma) and bulk tensor copies, in
 // `fused` or `paper` numerics: the mma.sync kernel's algorithm (kernel lab, lab/backward_mma_kernel.cuh) with the five products on the
-// tensor cores' asynchronous path. A CTA is two warpgroups owning 128 keys of one (b, h), 64 each
-// (16 per warp, the m64 of a wgmma), and walks the query blocks of 64 that see them; the two
-// warpgroups share each block's Q, dO, so every copy serves 128 keys. Per warpgroup and block:
+// tensor cores' asynchronous path, in FlashAttention-3's CTA layout: a producer warpgroup and two
+// consumer warpgroups owning 128 keys of one (b, h), 64 each (16 per warp, the m64 of a wgmma), that
+// walk the query blocks of 64 that see them and share each block's Q, dO, so every copy serves 128
+// keys. Per consumer and block:
 //   S^T = K Q^T, dP^T = V dO^T        wgmma, A and B from shared memory (K-major)
 //   P, dS (rounding points)           prob_of_score, dscore_of (backward_common.cuh) on the fragments;
 //                                     at head dim 64 P while dP^T still runs
 //   dV += P^T dO, dK += dS^T Q        wgmma, A = P^T / dS^T from registers, B = dO / Q (MN-major)
 //   dQ                                wgmma, A = dS read as the transpose of the stored dS^T
 //                                     tiles, B = K (both MN-major); see below
-// dQ of a block is computed over all 128 keys (through both warpgroups' dS^T tiles) and split so
-// that a warpgroup holds a [64 queries, 64] FP32 accumulator (32 registers): head dim 128 splits
-// the dims (warpgroup w: dims 64w..), head dim 64 alternates blocks (warpgroup i % 2 computes
+// dQ of a block is computed over all 128 keys (through both consumers' dS^T tiles) and split so
+// that a consumer holds a [64 queries, 64] FP32 accumulator (32 registers): head dim 128 splits
+// the dims (consumer c: dims 64c..), head dim 64 alternates blocks (consumer i % 2 computes
 // block i's; the other goes on to the next block, which staggers the two). The accumulator goes to
 // shared memory in fragment order and the copy engine adds the 16 KB tile into the FP32 workspace
-// (one bulk reduction, asynchronous: no per-element atomics on the warps' path). Deterministic
-// mode instead adds the CTA's block in key-block order (turn counters) with plain loads and stores.
-// Thread 0 issues the copies: K and V once, Q and dO per query block into two slots, a slot
-// reused once all eight warps arrived on its `free` barrier; each warpgroup loads its own lse and
-// delta rows of the next block while the tensor cores compute S^T and dP^T.
+// (one bulk reduction, asynchronous: no per-element atomics). Deterministic mode instead has the
+// consumers add the CTA's block in key-block order (turn counters) with plain loads and stores.
+// The producer warpgroup (24 registers after setmaxnreg, the consumers 240) keeps the copies and
+// the reductions off the consumers' path:
+//   warp 0   one thread issues the copies: K and V once, Q and dO per query block into kSlots
+//            slots, a slot reloaded once all eight consumer warps arrived on its `free` barrier;
+//   warp 1   the lse and delta rows of each block into the slot (arriving on its `full` barrier
+//            beside the copies);
+//   warps 2, 3  the dQ reductions of consumer 0, 1: wait until the consumer has stored its tile
+//            (named barrier dq_full), issue the bulk reduction, wait until the copy engine has read
+//            the tile, hand it back (dq_empty). A consumer only arrives: no group barrier, no
+//            thread of it waiting on a bulk group.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +36,7 @@
 #include "stableflash/attention/rounding_points.hpp"
 #include "tma.cuh"
 #include "warp_mma.cuh"
+#include "warpgroup_registers.cuh"
 #include "wgmma.cuh"
 
 namespace stableflash::attention::cuda {
@@ -36,34 +45,47 @@ template <int kHeadDim_, bool kPaper_>
 struct WgmmaBackwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kPaper = kPaper_;
-  static constexpr int kWarpgroups = 2;
-  static constexpr int kThreads = 128 * kWarpgroups;
-  static constexpr int kGroupKeys = 64;                      // keys per warpgroup (wgmma m64)
+  static constexpr int kWarpgroups = 2;  // consumers (key warpgroups)
+  static constexpr int kConsumerThreads = 128 * kWarpgroups;
+  static constexpr int kThreads = 128 + kConsumerThreads;  // and the producer warpgroup
+  // setmaxnreg budgets (FlashAttention-3's): the CTA starts at cta_start_registers(384) = 168 a
+  // thread; a consumer holds dK, dV (D / 2 each), S^T, dP^T (16 each), P, dS and the dQ part (32)
+  // per thread. At 40 / 232 ptxas (CUDA 13.0) serialized the D = 128 kernel's wgmma for want of
+  // registers (C7512); at 24 / 240 nothing spills or serializes, the producer's loops included.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  static_assert(kProducerRegisters + kWarpgroups * kConsumerRegisters <= (1 + kWarpgroups) * cta_start_registers(kThreads),
+                "setmaxnreg only moves the CTA's registers between its warpgroups");
+  static constexpr int kGroupKeys = 64;                      // keys per consumer (wgmma m64)
   static constexpr int kBlockK = kGroupKeys * kWarpgroups;  // keys per CTA (deterministic turns count these)
   static constexpr int kBlockQ = 64;  // queries per step (entry.cu sizes the dQ turn counters by it)
+  // Query blocks whose Q, dO, lse and delta are in flight (the producer loads block i + kSlots - 1
+  // while the consumers compute block i): three at head dim 64, whose blocks are short against a
+  // copy's latency (+0.5-3% backward over two, measured), two at 128 (a third does not fit)
+  static constexpr int kSlots = kHeadDim == 64 ? 3 : 2;
   static constexpr int kQueryTiles = kBlockQ / 8;
   static constexpr int kDimTiles = kHeadDim / 8;
-  // dQ split: head dim 128 over dims, 64 over blocks (one warpgroup computes a block's whole dQ)
+  // dQ split: head dim 128 over dims, 64 over blocks (one consumer computes a block's whole dQ)
   static constexpr bool kDqAlternate = kHeadDim == 64;
   // S^T and dP^T in separate commit groups (P formed while dP^T runs): where it measured faster
   static constexpr bool kSplitScores = kHeadDim == 64;
   static constexpr int kTile = kGroupKeys * kHeadDim * 2;  // one [64, D] SW128 tile
-  static constexpr int kDsTile = kGroupKeys * kBlockQ * 2;  // one warpgroup's dS^T [64 keys, 64 queries]
-  // dS^T is read by both warpgroups' dQ products: double buffered, so that a warpgroup never waits
+  static constexpr int kDsTile = kGroupKeys * kBlockQ * 2;  // one consumer's dS^T [64 keys, 64 queries]
+  // dS^T is read by both consumers' dQ products: double buffered, so that a consumer never waits
   // for the other's dQ product before writing the next block's tile
   static constexpr int kDsBuffers = 2;
-  static constexpr int kDqTile = kBlockQ * 64 * 4;  // one warpgroup's FP32 dQ part
-  // Shared memory. K, V (a [64, D] tile per warpgroup), Q and dO (two query-block slots) and dS^T
-  // in the SW128 layout; the barriers: K/V, Q/dO full x2 (per slot), free x2.
+  static constexpr int kDqTile = kBlockQ * 64 * 4;  // one consumer's FP32 dQ part
+  // Shared memory. K, V (a [64, D] tile per consumer), Q and dO (kSlots query-block slots) and dS^T
+  // in the SW128 layout; the barriers: K/V, then per slot full and free.
   struct SharedStorage {
     std::uint16_t k[kWarpgroups][kGroupKeys * kHeadDim];
     std::uint16_t v[kWarpgroups][kGroupKeys * kHeadDim];
-    std::uint16_t q[2][kBlockQ * kHeadDim];
-    std::uint16_t d_o[2][kBlockQ * kHeadDim];
+    std::uint16_t q[kSlots][kBlockQ * kHeadDim];
+    std::uint16_t d_o[kSlots][kBlockQ * kHeadDim];
     std::uint16_t ds[kDsBuffers][kWarpgroups][kGroupKeys * kBlockQ];  // dS^T [64 keys, 64 queries]
     float dq[kWarpgroups][kBlockQ * 64];                             // fragment order (DqFragmentOrder)
-    float rowvals[kWarpgroups * 2 * 2 * kBlockQ];                     // [group][slot][lse | delta][query]
-    std::uint64_t barriers[5];
+    float rowvals[kSlots][2][kBlockQ];                                // [slot][lse | delta][query]
+    std::uint64_t barriers[1 + 2 * kSlots];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(offsetof(SharedStorage, q) % 1024 == 0 && offsetof(SharedStorage, ds) % 1024 == 0 && kTile % 1024 == 0,
@@ -95,7 +117,7 @@ struct BackwardCtaOrder {
   }
 };
 
-// A key warpgroup's per-block steps, shared with the kernel lab's dQ-warpgroup variant
+// A key (consumer) warpgroup's per-block steps, shared with the kernel lab's dQ-warpgroup variant
 // (lab/backward_dqwg_kernel.cuh). Element (nq, e) of st, dpt is key `key` + 8 (e / 2) of the
 // group (key = its warp's 16 keys' first + g), query 8 nq + 2t + (e % 2) of the block. (The dS
 // loop stays in each kernel: called as a function, it changed how ptxas schedules the D = 128
@@ -130,8 +152,9 @@ __device__ __forceinline__ void load_query_block(const BackwardParams& p, std::u
 }
 
 // lse and delta of query block qb (64 rows) for a group's thread `tid` (r < 64: lse of row r, else
-// delta of row r - 64); rows past Tq get lse = +inf so P = 0 there. The kernels fetch them a block
-// ahead and stash them in shared memory later, so the load's latency hides behind the products.
+// delta of row r - 64); rows past Tq get lse = +inf so P = 0 there. The kernel lab's dQ-warpgroup
+// variant fetches them a block ahead and stashes them in shared memory later (the production kernel's
+// producer warp loads them: produce_row_values).
 __device__ __forceinline__ float fetch_rowval(const BackwardParams& p, std::int64_t row_base, int qb, int tid) {
   const int q = qb * 64 + tid % 64;
   if (tid < 64) return q < p.q_len ? p.lse[row_base + q] : __builtin_huge_valf();
@@ -190,23 +213,101 @@ __device__ __forceinline__ void issue_dv_dk(float (&acc_dv)[DT][4], float (&acc_
   wgmma_commit();
 }
 
+// The barriers of one backward CTA: K/V landed; per slot `full` (Q, dO copies landed and the row
+// warp stored lse, delta: 1 + 32 arrivals) and `free` (every consumer warp is done with the slot);
+// named barriers: both consumers' dS^T tiles stored, a consumer's dQ tile stored (dq_full) and
+// read by the copy engine (dq_empty), each with the reducing warp, and the consumers' own (the
+// deterministic turns).
+template <int kSlots>
+struct BackwardBarriers {
+  std::uint32_t base;
+  __device__ std::uint32_t kv() const { return base; }
+  __device__ std::uint32_t full(int slot) const { return base + 8 * (1 + slot); }
+  __device__ std::uint32_t free(int slot) const { return base + 8 * (1 + kSlots + slot); }
+  static constexpr int kDsStored = 1, kConsumers = 6;
+  static constexpr int kRowWarpArrivals = 32;
+  static constexpr int kDqHandshake = 128 + 32;  // a consumer and its reducing warp
+  __device__ static int dq_full(int consumer) { return 2 + consumer; }
+  __device__ static int dq_empty(int consumer) { return 4 + consumer; }
+};
+
+// Query block i of a CTA's walk: its slot and which use of the slot it is (the phase of the slot's
+// barriers that it completes: use & 1; it waits for the free barrier's phase (use - 1) & 1).
+template <int kSlots>
+struct QuerySlot {
+  int slot, use;
+  __device__ explicit QuerySlot(int i) : slot(i % kSlots), use(i / kSlots) {}
+};
+
+// Producer warp 1: lse and delta of the CTA's query blocks into their slots, a block ahead of the
+// consumers (rows past Tq: lse = +inf, so P = 0 there, and delta = 0).
+template <class Traits>
+__device__ __forceinline__ void produce_row_values(const BackwardParams& p, typename Traits::SharedStorage& shared,
+                                                   const BackwardBarriers<Traits::kSlots>& bars, std::int64_t row_base, int qb_begin,
+                                                   int qb_end, int lane) {
+  constexpr int BQ = Traits::kBlockQ;
+  for (int qb = qb_begin; qb < qb_end; ++qb) {
+    const QuerySlot<Traits::kSlots> at(qb - qb_begin);
+    if (at.use > 0) mbar_wait(bars.free(at.slot), (at.use - 1) & 1);
+#pragma unroll
+    for (int r = lane; r < BQ; r += 32) {
+      const int q = qb * BQ + r;
+      shared.rowvals[at.slot][0][r] = q < p.q_len ? p.lse[row_base + q] : __builtin_huge_valf();
+      shared.rowvals[at.slot][1][r] = q < p.q_len ? p.delta[row_base + q] : 0.0f;
+    }
+    mbar_arrive(bars.full(at.slot));  // release: the stores above are seen after the slot's wait
+  }
+}
+
+// Producer warps 2, 3: consumer c's dQ tiles (one per block it computes: every block at head dim
+// 128, every other at 64) added into the workspace as they are stored. The tile goes back to the
+// consumer once the copy engine has read it, except after the last (the consumer waits for none).
+template <class Traits>
+__device__ __forceinline__ void reduce_dq_tiles(const BackwardBarriers<Traits::kSlots>& bars, float* dq_head, std::uint32_t s_dq_c,
+                                                int c, int qb_begin, int qb_end, int lane) {
+  constexpr int BQ = Traits::kBlockQ, D = Traits::kHeadDim;
+  constexpr bool kAlternate = Traits::kDqAlternate;
+  constexpr int kStep = kAlternate ? 2 : 1;
+  const int dq_tile = kAlternate ? 0 : c;  // 64-dim tile of a block
+  for (int qb = qb_begin + (kAlternate ? c : 0); qb < qb_end; qb += kStep) {
+    named_barrier_sync(bars.dq_full(c), bars.kDqHandshake);
+    if (lane == 0) {
+      bulk_reduce_add_f32(dq_head + std::int64_t(qb) * BQ * D + dq_tile * DqFragmentOrder::kTileFloats, s_dq_c, Traits::kDqTile);
+      bulk_commit_group();
+      bulk_wait_group_read<0>();
+    }
+    __syncwarp();
+    if (qb + kStep < qb_end) named_barrier_arrive(bars.dq_empty(c), bars.kDqHandshake);
+  }
+  if (lane == 0) bulk_wait_group<0>();  // the last reduction is done before the CTA's memory goes
+}
+
+// A consumer's [64 queries, 64] FP32 dQ part -> its shared tile in fragment order (DqFragmentOrder:
+// four conflict-free 16-byte stores per thread and 8-dim group)
+__device__ __forceinline__ void store_dq_part(std::uint32_t s_dq_group, const float (&acc_dq)[8][4], int tid) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(s_dq_group + (j * 128 + tid) * 16), "f"(acc_dq[j][0]),
+                 "f"(acc_dq[j][1]), "f"(acc_dq[j][2]), "f"(acc_dq[j][3])
+                 : "memory");
+}
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_backward_wgmma_kernel(const __grid_constant__ BackwardParams p) {
   constexpr int D = Traits::kHeadDim, BQ = Traits::kBlockQ, BK = Traits::kBlockK, GK = Traits::kGroupKeys;
-  constexpr int NQ = Traits::kQueryTiles, DT = Traits::kDimTiles;
+  constexpr int NQ = Traits::kQueryTiles, DT = Traits::kDimTiles, kSlots = Traits::kSlots;
   constexpr bool kPaper = Traits::kPaper, kAlternate = Traits::kDqAlternate, kSplitScores = Traits::kSplitScores;
-  constexpr int kTile = Traits::kTile, kDsTile = Traits::kDsTile;
+  constexpr int kTile = Traits::kTile, kDsTile = Traits::kDsTile, kConsumerThreads = Traits::kConsumerThreads;
   using Tile = WgmmaTile<64, D>;
   using DsTile = WgmmaTile<64, 64>;
+  using Bars = BackwardBarriers<kSlots>;
 
   extern __shared__ __align__(1024) unsigned char smem[];
   auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);
   const std::uint32_t s_k = smem_u32(shared.k), s_v = smem_u32(shared.v), s_q0 = smem_u32(shared.q), s_do0 = smem_u32(shared.d_o);
   const std::uint32_t s_ds = smem_u32(shared.ds), s_dq = smem_u32(shared.dq);
-  const std::uint32_t bar_kv = smem_u32(shared.barriers);
-  auto bar_full = [&](int slot) { return bar_kv + 8 * (1 + slot); };  // Q and dO of a slot arrived
-  auto bar_free = [&](int slot) { return bar_kv + 8 * (3 + slot); };  // every warp is done with a slot
+  const Bars bars{smem_u32(shared.barriers)};
 
   const bool causal = p.causal != 0;
   int kb, pair;
@@ -217,84 +318,95 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // the shared-memory addresses derived from it (wgmma descriptors) in uniform registers instead of
   // moving them over (R2UR) before every product (CUTLASS's canonical_warp_group_idx does the same).
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), tid = threadIdx.x % 128;
-  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int group_k0 = k0 + wg * GK;  // this warpgroup's first key
+  const int warp = tid / 32, lane = tid % 32;
   const std::int64_t row_base = (std::int64_t(b) * p.heads + h) * p.q_len;
   const int first_query = causal ? max(0, k0 - (p.k_len - p.q_len)) : 0;
   const int qb_begin = first_query / BQ, qb_end = DqFragmentOrder::blocks(p.q_len);  // BQ: its kBlockQ
-  constexpr int kDsBarrier = 1;  // both groups' dS^T tiles stored (named barrier, whole CTA)
-  const int dq_bar_id = 2 + wg;  // a group's dQ tile stored
-
-  auto issue_query_block = [&](int qb, int slot) {
-    load_query_block<D>(p, s_q0 + slot * kTile, s_do0 + slot * kTile, qb, h, b, bar_full(slot));
+  const int n_qblocks = DqFragmentOrder::blocks(p.q_len);
+  float* dq_head = p.dq_accum + (std::int64_t(b) * p.heads + h) * n_qblocks * BQ * D;  // fragment order
+  auto issue_query_block = [&](int qb) {
+    const int slot = QuerySlot<kSlots>(qb - qb_begin).slot;
+    load_query_block<D>(p, s_q0 + slot * kTile, s_do0 + slot * kTile, qb, h, b, bars.full(slot));
   };
-  auto fetch_rowval = [&](int qb) { return cuda::fetch_rowval(p, row_base, qb, tid); };  // a block ahead of its stash
-  auto stash_rowval = [&](int slot, float v) { shared.rowvals[(wg * 2 + slot) * 2 * BQ + tid] = v; };
 
   if (threadIdx.x == 0) {
-    mbar_init(bar_kv, 1);
-    mbar_init(bar_full(0), 1), mbar_init(bar_full(1), 1);
-    mbar_init(bar_free(0), 8), mbar_init(bar_free(1), 8);
+    mbar_init(bars.kv(), 1);
+    for (int s = 0; s < kSlots; ++s) mbar_init(bars.full(s), 1 + Bars::kRowWarpArrivals), mbar_init(bars.free(s), 8);
     mbar_fence_init();
   }
-  __syncthreads();
+  __syncthreads();  // the last CTA-wide barrier
   if (threadIdx.x == 0) {  // inputs the delta pass before this kernel does not write
-    load_key_tiles<D>(p, s_k, s_v, k0, kv_h, b, bar_kv);
-    if (qb_begin < qb_end) issue_query_block(qb_begin, 0);
+    load_key_tiles<D>(p, s_k, s_v, k0, kv_h, b, bars.kv());
+    if (qb_begin < qb_end) issue_query_block(qb_begin);
   }
   // Launched as the delta pass's programmatic dependent (launch_after_previous): delta, the zeroed
   // dQ workspace and turn counters are read or written only after this wait.
   grid_dependency_wait();
   allow_dependent_launch();  // the dQ conversion's CTAs may start once every CTA here has (they wait too)
-  if (qb_begin < qb_end) stash_rowval(0, fetch_rowval(qb_begin));
-  __syncthreads();  // the stashed rows are read by other threads of the group
+
+  if (wg == 0) {  // the producer warpgroup
+    release_registers<Traits::kProducerRegisters>();
+    if (warp == 0) {
+      if (lane == 0) {
+        for (int qb = qb_begin + 1; qb < qb_end; ++qb) {
+          const QuerySlot<kSlots> at(qb - qb_begin);
+          if (at.use > 0) mbar_wait(bars.free(at.slot), (at.use - 1) & 1);
+          issue_query_block(qb);
+        }
+      }
+    } else if (warp == 1) {
+      produce_row_values<Traits>(p, shared, bars, row_base, qb_begin, qb_end, lane);
+    } else if (!p.deterministic) {
+      const int c = warp - 2;
+      reduce_dq_tiles<Traits>(bars, dq_head, s_dq + c * Traits::kDqTile, c, qb_begin, qb_end, lane);
+    }
+    return;
+  }
+  claim_registers<Traits::kConsumerRegisters>();
+
+  const int cw = wg - 1;  // this consumer's 64 keys: k0 + 64 cw ..
+  const int g = lane / 4, t = lane % 4;
+  const int group_k0 = k0 + cw * GK;
 
   float acc_dk[DT][4], acc_dv[DT][4];  // this warp's 16 keys x D
 #pragma unroll
   for (int nd = 0; nd < DT; ++nd)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[nd][e] = acc_dv[nd][e] = 0.0f;
-  mbar_wait(bar_kv, 0);
+  mbar_wait(bars.kv(), 0);
 
-  const std::uint32_t s_k_group = s_k + wg * kTile, s_v_group = s_v + wg * kTile;
-  const std::uint32_t s_dq_group = s_dq + wg * Traits::kDqTile;
+  const std::uint32_t s_k_group = s_k + cw * kTile, s_v_group = s_v + cw * kTile;
+  const std::uint32_t s_dq_group = s_dq + cw * Traits::kDqTile;
   const int key_row = warp * 16;
-  const int n_qblocks = DqFragmentOrder::blocks(p.q_len);
-  float* dq_head = p.dq_accum + (std::int64_t(b) * p.heads + h) * n_qblocks * BQ * D;  // fragment order
+  const auto consumers_sync = [] { named_barrier_sync(Bars::kConsumers, kConsumerThreads); };
+  int dq_stored = 0;  // dQ tiles this consumer handed to its reducing warp
   for (int qb = qb_begin; qb < qb_end; ++qb) {
-    const int i = qb - qb_begin, slot = i & 1, q0 = qb * BQ;
+    const int i = qb - qb_begin, q0 = qb * BQ;
+    const QuerySlot<kSlots> at(i);
+    const int slot = at.slot;
     const std::uint32_t s_q = s_q0 + slot * kTile, s_do = s_do0 + slot * kTile;
-    mbar_wait(bar_full(slot), (i >> 1) & 1);
+    mbar_wait(bars.full(slot), at.use & 1);
 
     // ---- S^T = K Q^T and dP^T = V dO^T. Head dim 64: S^T in its own group, so that P is formed
     // while dP^T runs (+2-4% backward; at 128 it measured -2% to +1%, so there one group and P
     // after both products)
     float st[NQ][4], dpt[NQ][4];
     issue_scores_and_dprobs<D, kSplitScores>(st, dpt, s_k_group, s_q, s_v_group, s_do);
-    // while the tensor cores work: the next block's rows, and its copies once every warp is done
-    // with the slot they overwrite (block i - 1's)
-    const float next_rowval = qb + 1 < qb_end ? fetch_rowval(qb + 1) : 0.0f;
-    if (qb + 1 < qb_end) {
-      if (threadIdx.x == 0) {
-        if (i >= 1) mbar_wait(bar_free(slot ^ 1), ((i - 1) >> 1) & 1);
-        issue_query_block(qb + 1, slot ^ 1);
-      }
-    }
     wgmma_wait<kSplitScores ? 1 : 0>();  // S^T landed (with the split dP^T may still run)
     fence_registers(st);
 
     // ---- P, then dS, at the mode's rounding points (backward_common.cuh's element mapping):
     // element (nq, e) is key group_k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
     // P overwrites S^T in place.
-    const float* s_lse = shared.rowvals + (wg * 2 + slot) * 2 * BQ;
-    const float* s_delta = s_lse + BQ;
+    const float* s_lse = shared.rowvals[slot][0];
+    const float* s_delta = shared.rowvals[slot][1];
     const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
     if (need_mask) mask_transposed_scores(p, st, group_k0 + key_row + g, q0, t, causal);
     std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
     form_probs<kPaper>(p, st, pa, s_lse, t);
     wgmma_wait<0>();
     fence_registers(dpt);
-    const std::uint32_t s_ds_buf = s_ds + slot * 2 * kDsTile;
+    const std::uint32_t s_ds_buf = s_ds + (i % Traits::kDsBuffers) * 2 * kDsTile;
 #pragma unroll
     for (int nq = 0; nq < NQ; ++nq) {
       float dsv[4];
@@ -304,7 +416,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       dsa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(dsv[2], dsv[3]);
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {  // dS^T [key][query] for dQ, in the SW128 layout
-        const std::uint32_t addr = s_ds_buf + wg * kDsTile + DsTile::offset(key_row + g + 8 * hf, nq) + 4 * t;
+        const std::uint32_t addr = s_ds_buf + cw * kDsTile + DsTile::offset(key_row + g + 8 * hf, nq) + 4 * t;
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
       }
     }
@@ -312,15 +424,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q
     issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
-    // the previous block's dQ reduction has read this group's dQ tile before anyone rewrites it
-    if (tid == 0) bulk_wait_group_read<0>();
-    if (qb + 1 < qb_end) stash_rowval(slot ^ 1, next_rowval);  // read after the next block's barriers
-    named_barrier_sync(kDsBarrier, Traits::kThreads);  // dS^T tiles complete
+    named_barrier_sync(Bars::kDsStored, kConsumerThreads);  // dS^T tiles complete
 
     // ---- dQ part [64 queries, 64] = BF16(dS) K over the CTA's 128 keys (k-step kk: keys 16 kk..,
-    // in group kk / 4's tiles): dims 64 wg.. (128), or all dims if this group owns the block (64)
-    const bool has_dq = !kAlternate || (i & 1) == wg;
-    const int dq_tile = kAlternate ? 0 : wg;  // 64-dim tile of the block
+    // in consumer kk / 4's tiles): dims 64 cw.. (128), or all dims if this consumer owns the block (64)
+    const bool has_dq = !kAlternate || (i & 1) == cw;
+    const int dq_tile = kAlternate ? 0 : cw;  // 64-dim tile of the block
     float acc_dq[8][4];
     if (has_dq) {
       const Sw128Desc ds_mn(s_ds_buf, DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
@@ -337,44 +446,40 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     fence_registers(pa);
     fence_registers(dsa);
     fence_registers(acc_dq);
-    if (lane == 0) mbar_arrive(bar_free(slot));  // this warp no longer reads Q/dO of the slot
+    if (lane == 0) mbar_arrive(bars.free(slot));  // this warp no longer reads Q, dO and the rows of the slot
 
-    // ---- dQ part -> shared memory (fragment order), then one bulk FP32 reduction into the workspace
-    if (has_dq) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(s_dq_group + (j * 128 + tid) * 16), "f"(acc_dq[j][0]),
-                     "f"(acc_dq[j][1]), "f"(acc_dq[j][2]), "f"(acc_dq[j][3])
-                     : "memory");
-    }
-    float* dq_block = dq_head + std::int64_t(qb) * BQ * D;
+    // ---- dQ part -> shared memory (fragment order), then to the workspace: by the reducing warp's
+    // bulk reduction, or in key-block order (deterministic)
     if (!p.deterministic) {
       if (has_dq) {
+        if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw), Bars::kDqHandshake);  // the last tile was read
+        store_dq_part(s_dq_group, acc_dq, tid);
         fence_proxy_async_smem();  // the copy engine reads the tile
-        named_barrier_sync(dq_bar_id, 128);
-        if (tid == 0) {
-          bulk_reduce_add_f32(dq_block + dq_tile * DqFragmentOrder::kTileFloats, s_dq_group, Traits::kDqTile);
-          bulk_commit_group();
-        }
+        named_barrier_arrive(Bars::dq_full(cw), Bars::kDqHandshake);
+        ++dq_stored;
       }
     } else {
-      // key-block order: this CTA adds its whole [64, D] block (128: both groups' tiles, which are
-      // the block's two dim tiles in order; 64: the owning group's tile)
+      if (has_dq) {
+        store_dq_part(s_dq_group, acc_dq, tid);
+      }
+      // key-block order: this CTA adds its whole [64, D] block (128: both consumers' tiles, which
+      // are the block's two dim tiles in order; 64: the owning consumer's tile)
+      float* dq_block = dq_head + std::int64_t(qb) * BQ * D;
       int* turn = p.dq_semaphore + ((std::int64_t(b) * p.heads + h) * n_qblocks + qb);
-      wait_turn(turn, kb);  // includes a CTA barrier: the dQ tiles are stored
+      const int ctid = threadIdx.x - 128;  // 0 .. kConsumerThreads
+      wait_turn(turn, kb, ctid == 0, consumers_sync);  // its barrier: the dQ tiles are stored
       const float4* tiles = reinterpret_cast<const float4*>(shared.dq[kAlternate ? (i & 1) : 0]);
       float4* dst = reinterpret_cast<float4*>(dq_block);
       constexpr int kVecs = BQ * D / 4;
-      for (int v = threadIdx.x; v < kVecs; v += Traits::kThreads) {
+      for (int v = ctid; v < kVecs; v += kConsumerThreads) {
         const float4 add = tiles[v];
         float4 cur = __ldcg(dst + v);
         cur.x += add.x, cur.y += add.y, cur.z += add.z, cur.w += add.w;
         __stcg(dst + v, cur);
       }
-      pass_turn(turn, kb + 1);  // its CTA barrier also ends the reads of the dQ tiles
+      pass_turn(turn, kb + 1, ctid == 0, consumers_sync);  // its barrier also ends the reads of the dQ tiles
     }
   }
-  if (tid == 0) bulk_wait_group<0>();  // the last reduction is done before the CTA's memory goes
   fence_registers(acc_dk);
   fence_registers(acc_dv);
 

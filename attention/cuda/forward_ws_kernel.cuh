@@ -26,30 +26,15 @@
 #pragma once
 
 #include <cstdint>
-#include <cutlass/arch/reg_reconfig.h>  // warpgroup_reg_alloc / dealloc
 
 #include "forward_rows.cuh"
 #include "forward_wgmma_kernel.cuh"
 #include "kernel_params.cuh"
 #include "tma.cuh"
+#include "warpgroup_registers.cuh"
 #include "wgmma.cuh"
 
 namespace stableflash::attention::cuda {
-
-// Warpgroup register budgets (setmaxnreg, CUTLASS's wrappers; all warps of a warpgroup execute
-// it). The kernel starts at 65536 / kThreads per thread (168 at D = 128, 128 at D = 64); the
-// producer needs a few dozen.
-#if defined(__CUDA_ARCH__) && !CUDA_CTA_RECONFIG_ACTIVATED
-#error "the warp-specialized forward needs setmaxnreg (sm_90a): CUTLASS's wrappers would be no-ops"
-#endif
-template <int kRegs>
-__device__ __forceinline__ void release_registers() {
-  cutlass::arch::warpgroup_reg_dealloc<kRegs>();
-}
-template <int kRegs>
-__device__ __forceinline__ void claim_registers() {
-  cutlass::arch::warpgroup_reg_alloc<kRegs>();
-}
 
 // Barrier slots (8 bytes each) after the tiles: per consumer Q full (the producer's copy landed)
 // and Q empty (every consumer thread is done with it); per stage K full, V full and K empty,
