@@ -92,30 +92,31 @@ for name, (B, H, T, D) in {"bd128": (2, 4, 1000, 128), "bd64": (2, 6, 777, 64)}.
     save_file({n: (torch.randn(B, H, T, D, generator=g) * (2 if n != "do" else 1)).to(torch.bfloat16) for n in ("q", "k", "v", "do")},
               f"{sys.argv[1]}/ab-bits-{name}.safetensors")
 PY
+  # Runs both variants on input $2 with the options after it and compares their outputs (label $1).
+  compare_outputs() {
+    local label=$1 input=$2 v
+    shift 2
+    rm -f "$OUT"/ab-bits-out-*.safetensors  # a failed run must not compare an earlier case's output
+    for v in "$a" "$b"; do
+      "$AB/$v"/stableflash attention "$OUT/ab-bits-$input.safetensors" -o "$OUT/ab-bits-out-$v.safetensors" --device cuda "$@" \
+        >"$OUT/ab-bits-$v.log" 2>&1 || { echo "attention of $v failed ($label)"; status=1; }
+    done
+    if cmp -s "$OUT/ab-bits-out-$a.safetensors" "$OUT/ab-bits-out-$b.safetensors"; then echo "same bytes: $label"; else echo "DIFFERENT: $label"; status=1; fi
+  }
   for c in "d128 full" "d128 causal" "d64 full" "d64 causal" "d128long full" "d64 causal bf16"; do
     read -r input mask normalizer <<<"$c"
-    rm -f "$OUT"/ab-bits-out-*.safetensors  # a failed run must not compare an earlier case's output
-    opts=(--numerics fused --policy "${AB_POLICY:-hashed_offset}" --delta-source compensated --device cuda)
+    opts=(--numerics fused --policy "${AB_POLICY:-hashed_offset}" --delta-source compensated)
     [ "$mask" = causal ] && opts+=(--causal)
     [ -n "$normalizer" ] && opts+=(--normalizer "$normalizer")
-    for v in "$a" "$b"; do
-      "$AB/$v"/stableflash attention "$OUT/ab-bits-$input.safetensors" -o "$OUT/ab-bits-out-$v.safetensors" "${opts[@]}" \
-        >"$OUT/ab-bits-$v.log" 2>&1 || { echo "attention of $v failed ($c)"; status=1; }
-    done
-    if cmp -s "$OUT/ab-bits-out-$a.safetensors" "$OUT/ab-bits-out-$b.safetensors"; then echo "same bytes: $c"; else echo "DIFFERENT: $c"; status=1; fi
+    compare_outputs "$c" "$input" "${opts[@]}"
   done
   # The backward in deterministic mode (dQ added in key-block order; the other mode's bulk
   # reductions add in any order): o, lse, dq, dk, dv and delta, byte for byte, both numerics.
   for c in "bd128 causal fused" "bd128 full paper" "bd64 causal paper" "bd64 full fused"; do
     read -r input mask numerics <<<"$c"
-    rm -f "$OUT"/ab-bits-out-*.safetensors
-    opts=(--numerics "$numerics" --policy standard --delta-source compensated --device cuda --deterministic)
+    opts=(--numerics "$numerics" --policy standard --delta-source compensated --deterministic)
     [ "$mask" = causal ] && opts+=(--causal)
-    for v in "$a" "$b"; do
-      "$AB/$v"/stableflash attention "$OUT/ab-bits-$input.safetensors" -o "$OUT/ab-bits-out-$v.safetensors" "${opts[@]}" \
-        >"$OUT/ab-bits-$v.log" 2>&1 || { echo "attention of $v failed ($c)"; status=1; }
-    done
-    if cmp -s "$OUT/ab-bits-out-$a.safetensors" "$OUT/ab-bits-out-$b.safetensors"; then echo "same bytes: backward $c"; else echo "DIFFERENT: backward $c"; status=1; fi
+    compare_outputs "backward $c" "$input" "${opts[@]}"
   done
   rm -f "$OUT"/ab-bits-*.safetensors
 fi
