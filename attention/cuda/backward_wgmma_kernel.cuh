@@ -151,16 +151,6 @@ __device__ __forceinline__ void load_query_block(const BackwardParams& p, std::u
   }
 }
 
-// lse and delta of query block qb (64 rows) for a group's thread `tid` (r < 64: lse of row r, else
-// delta of row r - 64); rows past Tq get lse = +inf so P = 0 there. The kernel lab's dQ-warpgroup
-// variant fetches them a block ahead and stashes them in shared memory later (the production kernel's
-// producer warp loads them: produce_row_values).
-__device__ __forceinline__ float fetch_rowval(const BackwardParams& p, std::int64_t row_base, int qb, int tid) {
-  const int q = qb * 64 + tid % 64;
-  if (tid < 64) return q < p.q_len ? p.lse[row_base + q] : __builtin_huge_valf();
-  return q < p.q_len ? p.delta[row_base + q] : 0.0f;
-}
-
 // S^T = K Q^T and dP^T = V dO^T of 64 keys and a block of queries (K-major operands: step kk is 32
 // bytes into a block). kSplitScores commits S^T as its own group, so that P can be formed while
 // dP^T runs; otherwise one group.
@@ -321,8 +311,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int warp = tid / 32, lane = tid % 32;
   const std::int64_t row_base = (std::int64_t(b) * p.heads + h) * p.q_len;
   const int first_query = causal ? max(0, k0 - (p.k_len - p.q_len)) : 0;
-  const int qb_begin = first_query / BQ, qb_end = DqFragmentOrder::blocks(p.q_len);  // BQ: its kBlockQ
-  const int n_qblocks = DqFragmentOrder::blocks(p.q_len);
+  const int n_qblocks = DqFragmentOrder::blocks(p.q_len);  // BQ: its kBlockQ
+  const int qb_begin = first_query / BQ, qb_end = n_qblocks;
   float* dq_head = p.dq_accum + (std::int64_t(b) * p.heads + h) * n_qblocks * BQ * D;  // fragment order
   auto issue_query_block = [&](int qb) {
     const int slot = QuerySlot<kSlots>(qb - qb_begin).slot;

@@ -22,19 +22,25 @@
 #pragma once
 
 #include <cstdint>
-#include <cutlass/arch/reg_reconfig.h>  // warpgroup_reg_alloc / dealloc
-
 #include "backward_common.cuh"
 #include "backward_wgmma_kernel.cuh"  // BackwardCtaOrder
 #include "kernel_params.cuh"
 #include "tma.cuh"
+#include "warpgroup_registers.cuh"
 #include "wgmma.cuh"
 
 namespace stableflash::attention::cuda::lab {
 
-#if defined(__CUDA_ARCH__) && !CUDA_CTA_RECONFIG_ACTIVATED
-#error "the dQ-warpgroup backward needs setmaxnreg (sm_90a)"
-#endif
+// lse and delta of query block qb (64 rows) for a group's thread `tid` (r < 64: lse of row r, else
+// delta of row r - 64); rows past Tq get lse = +inf so P = 0 there. Fetched a block ahead and
+// stashed in shared memory later, so the load's latency hides behind the products (the production
+// kernel's producer warp loads them instead: produce_row_values).
+__device__ __forceinline__ float fetch_rowval(const BackwardParams& p, std::int64_t row_base, int qb, int tid) {
+  const int q = qb * 64 + tid % 64;
+  if (tid < 64) return q < p.q_len ? p.lse[row_base + q] : __builtin_huge_valf();
+  return q < p.q_len ? p.delta[row_base + q] : 0.0f;
+}
+
 
 template <int kHeadDim_, bool kPaper_>
 struct DqWarpgroupBackwardTraits {
@@ -127,7 +133,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (wg == 2) {
     // ---- group 2: per block the next block's copies (thread 0), then the block's dQ
-    cutlass::arch::warpgroup_reg_dealloc<Traits::kDqRegisters>();
+    release_registers<Traits::kDqRegisters>();
     mbar_wait(bar_kv, 0);
     for (int qb = qb_begin; qb < qb_end; ++qb) {
       const int i = qb - qb_begin, slot = i & 1;
@@ -182,10 +188,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
 
   // ---- groups 0 and 1: 64 keys each
-  cutlass::arch::warpgroup_reg_alloc<Traits::kComputeRegisters>();
+  claim_registers<Traits::kComputeRegisters>();
   const int group_k0 = k0 + wg * GK;
   const int group_barrier = 1 + wg;  // this group's 128 threads
-  auto fetch_rowval = [&](int qb) { return cuda::fetch_rowval(p, row_base, qb, tid); };
+  auto fetch_rowval = [&](int qb) { return lab::fetch_rowval(p, row_base, qb, tid); };
   auto stash_rowval = [&](int slot, float v) { shared.rowvals[(wg * 2 + slot) * 2 * BQ + tid] = v; };
   if (qb_begin < qb_end) stash_rowval(0, fetch_rowval(qb_begin));
   named_barrier_sync(group_barrier, 128);  // the stashed rows are read by other threads of the group
