@@ -10,10 +10,12 @@
 //   dV += P^T dO, dK += dS^T Q        wgmma, A = P^T / dS^T from registers, B = dO / Q (MN-major)
 //   dQ                                wgmma, A = dS read as the transpose of the stored dS^T
 //                                     tiles, B = K (both MN-major); see below
-// dQ of a block is computed over all 128 keys (through both consumers' dS^T tiles) and split so
+// dQ of a block is computed over all 128 keys (through both consumers' dS^T tiles) one block
+// later, behind the next block's dV, dK products, so the consumers never meet per block: they run
+// about half a block apart, one's P, dS arithmetic beside the other's products. It is split so
 // that a consumer holds a [64 queries, 64] FP32 accumulator (32 registers): head dim 128 splits
 // the dims (consumer c: dims 64c..), head dim 64 alternates blocks (consumer i % 2 computes
-// block i's; the other goes on to the next block, which staggers the two). The accumulator goes to
+// block i's). The accumulator goes to
 // shared memory in fragment order and the copy engine adds the 16 KB tile into the FP32 workspace
 // (one bulk reduction, asynchronous: no per-element atomics). Deterministic mode instead has the
 // consumers add the CTA's block in key-block order (turn counters) with plain loads and stores.
@@ -30,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backward_common.cuh"
 #include "kernel_params.cuh"
@@ -67,13 +70,22 @@ struct WgmmaBackwardTraits {
   static constexpr int kDimTiles = kHeadDim / 8;
   // dQ split: head dim 128 over dims, 64 over blocks (one consumer computes a block's whole dQ)
   static constexpr bool kDqAlternate = kHeadDim == 64;
+  // dQ of block i issued at block i + 1, so that the consumers do not meet per block: +1.4-5.2%
+  // backward at head dim 128, -0.8-5.3% at 64 (measured; docs/benchmarks.md), where the dQ goes
+  // with its own block once both consumers' dS^T tiles are stored
+  static constexpr bool kDqLate = kHeadDim == 128;
   // S^T and dP^T in separate commit groups (P formed while dP^T runs): where it measured faster
   static constexpr bool kSplitScores = kHeadDim == 64;
   static constexpr int kTile = kGroupKeys * kHeadDim * 2;  // one [64, D] SW128 tile
   static constexpr int kDsTile = kGroupKeys * kBlockQ * 2;  // one consumer's dS^T [64 keys, 64 queries]
-  // dS^T is read by both consumers' dQ products: double buffered, so that a consumer never waits
-  // for the other's dQ product before writing the next block's tile
-  static constexpr int kDsBuffers = 2;
+  // dS^T of block i is read by both consumers' dQ products (with kDqLate one block later), so a
+  // consumer may write block i's tile while the other still reads an earlier one: kSlots + 1
+  // buffers, because a consumer at block i has waited for its query slot, which the producer
+  // reloaded only once both consumers were done with block i - kSlots, the dQ of block
+  // i - kSlots - 1 (the buffer's previous use) included. No barrier of its own guards the reuse.
+  // Without kDqLate both consumers meet at a named barrier once their block's tiles are stored,
+  // and two buffers do.
+  static constexpr int kDsBuffers = kDqLate ? kSlots + 1 : 2;
   static constexpr int kDqTile = kBlockQ * 64 * 4;  // one consumer's FP32 dQ part
   // Shared memory. K, V (a [64, D] tile per consumer), Q and dO (kSlots query-block slots) and dS^T
   // in the SW128 layout; the barriers: K/V, then per slot full and free.
@@ -85,7 +97,7 @@ struct WgmmaBackwardTraits {
     std::uint16_t ds[kDsBuffers][kWarpgroups][kGroupKeys * kBlockQ];  // dS^T [64 keys, 64 queries]
     float dq[kWarpgroups][kBlockQ * 64];                             // fragment order (DqFragmentOrder)
     float rowvals[kSlots][2][kBlockQ];                                // [slot][lse | delta][query]
-    std::uint64_t barriers[1 + 2 * kSlots];
+    std::uint64_t barriers[1 + 2 * kSlots + kDsBuffers * kWarpgroups];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(offsetof(SharedStorage, q) % 1024 == 0 && offsetof(SharedStorage, ds) % 1024 == 0 && kTile % 1024 == 0,
@@ -205,16 +217,18 @@ __device__ __forceinline__ void issue_dv_dk(float (&acc_dv)[DT][4], float (&acc_
 
 // The barriers of one backward CTA: K/V landed; per slot `full` (Q, dO copies landed and the row
 // warp stored lse, delta: 1 + 32 arrivals) and `free` (every consumer warp is done with the slot);
-// named barriers: both consumers' dS^T tiles stored, a consumer's dQ tile stored (dq_full) and
-// read by the copy engine (dq_empty), each with the reducing warp, and the consumers' own (the
-// deterministic turns).
+// per dS^T buffer and consumer `ds_full` (its 128 threads stored the tile); named barriers: the
+// second consumer's start (once, below), a consumer's dQ tile stored (dq_full) and read by the
+// copy engine (dq_empty), each with the reducing warp, and the consumers' own (the deterministic
+// turns).
 template <int kSlots>
 struct BackwardBarriers {
   std::uint32_t base;
   __device__ std::uint32_t kv() const { return base; }
   __device__ std::uint32_t full(int slot) const { return base + 8 * (1 + slot); }
   __device__ std::uint32_t free(int slot) const { return base + 8 * (1 + kSlots + slot); }
-  static constexpr int kDsStored = 1, kConsumers = 6;
+  __device__ std::uint32_t ds_full(int buffer, int consumer) const { return base + 8 * (1 + 2 * kSlots + 2 * buffer + consumer); }
+  static constexpr int kStagger = 1, kDsStored = 1, kConsumers = 6;  // kDqLate uses the one, else the other
   static constexpr int kRowWarpArrivals = 32;
   static constexpr int kDqHandshake = 128 + 32;  // a consumer and its reducing warp
   __device__ static int dq_full(int consumer) { return 2 + consumer; }
@@ -322,6 +336,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0) {
     mbar_init(bars.kv(), 1);
     for (int s = 0; s < kSlots; ++s) mbar_init(bars.full(s), 1 + Bars::kRowWarpArrivals), mbar_init(bars.free(s), 8);
+    for (int d = 0; d < Traits::kDsBuffers; ++d)
+      for (int c = 0; c < Traits::kWarpgroups; ++c) mbar_init(bars.ds_full(d, c), 128);  // every thread of consumer c
     mbar_fence_init();
   }
   __syncthreads();  // the last CTA-wide barrier
@@ -370,8 +386,74 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int key_row = warp * 16;
   const auto consumers_sync = [] { named_barrier_sync(Bars::kConsumers, kConsumerThreads); };
   int dq_stored = 0;  // dQ tiles this consumer handed to its reducing warp
-  for (int qb = qb_begin; qb < qb_end; ++qb) {
-    const int i = qb - qb_begin, q0 = qb * BQ;
+  // kDqLate: dQ of block j (j: the walk's index) is issued at block j + 1, behind that block's dV,
+  // dK products (the last block's after the walk), so neither consumer waits for the other's dS^T
+  // of the block it is on: the two run about half a block apart (consumer 1 starts once consumer 0
+  // has issued its first dV, dK) and one's P, dS arithmetic runs while the other's products keep
+  // the tensor cores busy, where waiting for both tiles of the block had them compute their P, dS
+  // at the same time. Otherwise block j's dQ follows its dV, dK once both tiles are stored. A
+  // consumer holds a [64 queries, 64] part: head dim 128 its half of the dims, 64 the whole block,
+  // consumer j % 2 computing block j's.
+  constexpr bool kDqLate = Traits::kDqLate;
+  const auto has_dq = [&](int j) { return !kAlternate || (j & 1) == cw; };
+  const auto ds_buffer = [&](int j) { return s_ds + (j % Traits::kDsBuffers) * 2 * kDsTile; };
+  const auto wait_ds = [&](int j) {  // both consumers' dS^T tiles of block j are stored
+    const int buffer = j % Traits::kDsBuffers, use = j / Traits::kDsBuffers;
+#pragma unroll
+    for (int c = 0; c < Traits::kWarpgroups; ++c) mbar_wait(bars.ds_full(buffer, c), use & 1);
+  };
+  // dQ of block j over the CTA's 128 keys (k-step kk: consumer kk / 4's tile), once both tiles are stored
+  const auto issue_dq = [&](int j, float (&acc_dq)[8][4]) {
+    const int dq_tile = kAlternate ? 0 : cw;  // 64-dim tile of the block
+    const Sw128Desc ds_mn(ds_buffer(j), DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      const std::uint32_t a = (kk / 4) * kDsTile + (kk % 4) * 2048;
+      const std::uint32_t b = (kk / 4) * kTile + (kk % 4) * 2048;
+      wgmma_ss<64, 1>(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
+    }
+    wgmma_commit();
+  };
+  // dQ of block j landed (acc_dq): to shared memory (fragment order), then to the workspace by the
+  // reducing warp's bulk reduction, or in key-block order (deterministic)
+  const auto hand_dq = [&](int j, const float (&acc_dq)[8][4]) {
+    const int qb = qb_begin + j;
+    if (!p.deterministic) {
+      if (has_dq(j)) {
+        if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw), Bars::kDqHandshake);  // the last tile was read
+        store_dq_part(s_dq_group, acc_dq, tid);
+        fence_proxy_async_smem();  // the copy engine reads the tile
+        named_barrier_arrive(Bars::dq_full(cw), Bars::kDqHandshake);
+        ++dq_stored;
+      }
+      return;
+    }
+    if (has_dq(j)) store_dq_part(s_dq_group, acc_dq, tid);
+    // key-block order: this CTA adds its whole [64, D] block (128: both consumers' tiles, which are
+    // the block's two dim tiles in order; 64: the owning consumer's tile)
+    float* dq_block = dq_head + std::int64_t(qb) * BQ * D;
+    int* turn = p.dq_semaphore + ((std::int64_t(b) * p.heads + h) * n_qblocks + qb);
+    const int ctid = threadIdx.x - 128;  // 0 .. kConsumerThreads
+    wait_turn(turn, kb, ctid == 0, consumers_sync);  // its barrier: the dQ tiles are stored
+    const float4* tiles = reinterpret_cast<const float4*>(shared.dq[kAlternate ? (j & 1) : 0]);
+    float4* dst = reinterpret_cast<float4*>(dq_block);
+    constexpr int kVecs = BQ * D / 4;
+    for (int v = ctid; v < kVecs; v += kConsumerThreads) {
+      const float4 add = tiles[v];
+      float4 cur = __ldcg(dst + v);
+      cur.x += add.x, cur.y += add.y, cur.z += add.z, cur.w += add.w;
+      __stcg(dst + v, cur);
+    }
+    pass_turn(turn, kb + 1, ctid == 0, consumers_sync);  // its barrier also ends the reads of the dQ tiles
+  };
+  const int n_walk = qb_end - qb_begin;
+  if (kDqLate && cw == 1 && n_walk > 0) named_barrier_sync(Bars::kStagger, kConsumerThreads);
+  // Block i of the walk; kFirst: i = 0, which has no previous block's dQ (a separate copy: with a
+  // run-time condition on the dQ product ptxas serialized the head dim 128 kernel's wgmma, C7512)
+  const auto walk_block = [&](int i, auto first) {
+    constexpr bool kFirst = decltype(first)::value;
+    const int q0 = (qb_begin + i) * BQ;
     const QuerySlot<kSlots> at(i);
     const int slot = at.slot;
     const std::uint32_t s_q = s_q0 + slot * kTile, s_do = s_do0 + slot * kTile;
@@ -396,7 +478,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     form_probs<kPaper>(p, st, pa, s_lse, t);
     wgmma_wait<0>();
     fence_registers(dpt);
-    const std::uint32_t s_ds_buf = s_ds + (i % Traits::kDsBuffers) * 2 * kDsTile;
+    const std::uint32_t s_ds_buf = ds_buffer(i);
 #pragma unroll
     for (int nq = 0; nq < NQ; ++nq) {
       float dsv[4];
@@ -410,65 +492,44 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
       }
     }
-    fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the barrier below
+    fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the arrival (barrier) below
+    if (kDqLate) mbar_arrive(bars.ds_full(i % Traits::kDsBuffers, cw));
 
-    // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q
+    // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q, then the previous block's dQ (its dS^T tiles
+    // waited for first: a wait between the issues kept more registers live than the 240 allow)
+    const bool dq_before = kDqLate && !kFirst && has_dq(i - 1);
+    if (dq_before) wait_ds(i - 1);
     issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
-    named_barrier_sync(Bars::kDsStored, kConsumerThreads);  // dS^T tiles complete
-
-    // ---- dQ part [64 queries, 64] = BF16(dS) K over the CTA's 128 keys (k-step kk: keys 16 kk..,
-    // in consumer kk / 4's tiles): dims 64 cw.. (128), or all dims if this consumer owns the block (64)
-    const bool has_dq = !kAlternate || (i & 1) == cw;
-    const int dq_tile = kAlternate ? 0 : cw;  // 64-dim tile of the block
+    if (kDqLate && kFirst && cw == 0) named_barrier_arrive(Bars::kStagger, kConsumerThreads);  // consumer 1 may start
     float acc_dq[8][4];
-    if (has_dq) {
-      const Sw128Desc ds_mn(s_ds_buf, DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) {
-        const std::uint32_t a = (kk / 4) * kDsTile + (kk % 4) * 2048;
-        const std::uint32_t b = (kk / 4) * kTile + (kk % 4) * 2048;
-        wgmma_ss<64, 1>(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
-      }
-      wgmma_commit();
+    if constexpr (kDqLate) {
+      if (dq_before) issue_dq(i - 1, acc_dq);
+    } else {
+      named_barrier_sync(Bars::kDsStored, kConsumerThreads);  // both consumers' dS^T tiles are stored
+      if (has_dq(i)) issue_dq(i, acc_dq);
     }
     wgmma_wait_all();  // pa and dsa are read asynchronously: keep them until here
     fence_registers(pa);
     fence_registers(dsa);
     fence_registers(acc_dq);
     if (lane == 0) mbar_arrive(bars.free(slot));  // this warp no longer reads Q, dO and the rows of the slot
-
-    // ---- dQ part -> shared memory (fragment order), then to the workspace: by the reducing warp's
-    // bulk reduction, or in key-block order (deterministic)
-    if (!p.deterministic) {
-      if (has_dq) {
-        if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw), Bars::kDqHandshake);  // the last tile was read
-        store_dq_part(s_dq_group, acc_dq, tid);
-        fence_proxy_async_smem();  // the copy engine reads the tile
-        named_barrier_arrive(Bars::dq_full(cw), Bars::kDqHandshake);
-        ++dq_stored;
-      }
-    } else {
-      if (has_dq) {
-        store_dq_part(s_dq_group, acc_dq, tid);
-      }
-      // key-block order: this CTA adds its whole [64, D] block (128: both consumers' tiles, which
-      // are the block's two dim tiles in order; 64: the owning consumer's tile)
-      float* dq_block = dq_head + std::int64_t(qb) * BQ * D;
-      int* turn = p.dq_semaphore + ((std::int64_t(b) * p.heads + h) * n_qblocks + qb);
-      const int ctid = threadIdx.x - 128;  // 0 .. kConsumerThreads
-      wait_turn(turn, kb, ctid == 0, consumers_sync);  // its barrier: the dQ tiles are stored
-      const float4* tiles = reinterpret_cast<const float4*>(shared.dq[kAlternate ? (i & 1) : 0]);
-      float4* dst = reinterpret_cast<float4*>(dq_block);
-      constexpr int kVecs = BQ * D / 4;
-      for (int v = ctid; v < kVecs; v += kConsumerThreads) {
-        const float4 add = tiles[v];
-        float4 cur = __ldcg(dst + v);
-        cur.x += add.x, cur.y += add.y, cur.z += add.z, cur.w += add.w;
-        __stcg(dst + v, cur);
-      }
-      pass_turn(turn, kb + 1, ctid == 0, consumers_sync);  // its barrier also ends the reads of the dQ tiles
+    if (!kDqLate) {
+      hand_dq(i, acc_dq);
+    } else if (!kFirst) {
+      hand_dq(i - 1, acc_dq);
     }
+  };
+  if (kDqLate && n_walk > 0) walk_block(0, std::true_type{});
+  for (int i = kDqLate ? 1 : 0; i < n_walk; ++i) walk_block(i, std::false_type{});
+  if (kDqLate && n_walk > 0) {  // the last block's dQ
+    float acc_dq[8][4];
+    if (has_dq(n_walk - 1)) {
+      wait_ds(n_walk - 1);
+      issue_dq(n_walk - 1, acc_dq);
+    }
+    wgmma_wait_all();
+    fence_registers(acc_dq);
+    hand_dq(n_walk - 1, acc_dq);
   }
   fence_registers(acc_dk);
   fence_registers(acc_dv);
