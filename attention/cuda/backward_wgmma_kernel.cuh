@@ -70,9 +70,9 @@ struct WgmmaBackwardTraits {
   static constexpr int kDimTiles = kHeadDim / 8;
   // dQ split: head dim 128 over dims, 64 over blocks (one consumer computes a block's whole dQ)
   static constexpr bool kDqAlternate = kHeadDim == 64;
-  // dQ of block i issued at block i + 1, so that the consumers do not meet per block: +1.4-5.2%
-  // backward at head dim 128, -0.8-5.3% at 64 (measured; docs/benchmarks.md), where the dQ goes
-  // with its own block once both consumers' dS^T tiles are stored
+  // dQ of block i issued at block i + 1, so that the consumers do not meet per block: +1.3-5.8%
+  // backward at head dim 128, -0.8-5.3% at 64 (measured; docs/benchmarks.md), which keeps the
+  // walk as it was, the dQ with its own block after a named barrier of both consumers
   static constexpr bool kDqLate = kHeadDim == 128;
   // S^T and dP^T in separate commit groups (P formed while dP^T runs): where it measured faster
   static constexpr bool kSplitScores = kHeadDim == 64;
@@ -97,7 +97,7 @@ struct WgmmaBackwardTraits {
     std::uint16_t ds[kDsBuffers][kWarpgroups][kGroupKeys * kBlockQ];  // dS^T [64 keys, 64 queries]
     float dq[kWarpgroups][kBlockQ * 64];                             // fragment order (DqFragmentOrder)
     float rowvals[kSlots][2][kBlockQ];                                // [slot][lse | delta][query]
-    std::uint64_t barriers[1 + 2 * kSlots + kDsBuffers * kWarpgroups];
+    std::uint64_t barriers[1 + 2 * kSlots + (kDqLate ? kDsBuffers * kWarpgroups : 0)];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(offsetof(SharedStorage, q) % 1024 == 0 && offsetof(SharedStorage, ds) % 1024 == 0 && kTile % 1024 == 0,
@@ -336,8 +336,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0) {
     mbar_init(bars.kv(), 1);
     for (int s = 0; s < kSlots; ++s) mbar_init(bars.full(s), 1 + Bars::kRowWarpArrivals), mbar_init(bars.free(s), 8);
-    for (int d = 0; d < Traits::kDsBuffers; ++d)
-      for (int c = 0; c < Traits::kWarpgroups; ++c) mbar_init(bars.ds_full(d, c), 128);  // every thread of consumer c
+    if constexpr (Traits::kDqLate) {
+      for (int d = 0; d < Traits::kDsBuffers; ++d)
+        for (int c = 0; c < Traits::kWarpgroups; ++c) mbar_init(bars.ds_full(d, c), 128);  // every thread of consumer c
+    }
     mbar_fence_init();
   }
   __syncthreads();  // the last CTA-wide barrier
@@ -385,151 +387,248 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const std::uint32_t s_dq_group = s_dq + cw * Traits::kDqTile;
   const int key_row = warp * 16;
   const auto consumers_sync = [] { named_barrier_sync(Bars::kConsumers, kConsumerThreads); };
-  int dq_stored = 0;  // dQ tiles this consumer handed to its reducing warp
-  // kDqLate: dQ of block j (j: the walk's index) is issued at block j + 1, behind that block's dV,
-  // dK products (the last block's after the walk), so neither consumer waits for the other's dS^T
-  // of the block it is on: the two run about half a block apart (consumer 1 starts once consumer 0
-  // has issued its first dV, dK) and one's P, dS arithmetic runs while the other's products keep
-  // the tensor cores busy, where waiting for both tiles of the block had them compute their P, dS
-  // at the same time. Otherwise block j's dQ follows its dV, dK once both tiles are stored. A
-  // consumer holds a [64 queries, 64] part: head dim 128 its half of the dims, 64 the whole block,
-  // consumer j % 2 computing block j's.
-  constexpr bool kDqLate = Traits::kDqLate;
-  const auto has_dq = [&](int j) { return !kAlternate || (j & 1) == cw; };
-  const auto ds_buffer = [&](int j) { return s_ds + (j % Traits::kDsBuffers) * 2 * kDsTile; };
-  const auto wait_ds = [&](int j) {  // both consumers' dS^T tiles of block j are stored
-    const int buffer = j % Traits::kDsBuffers, use = j / Traits::kDsBuffers;
-#pragma unroll
-    for (int c = 0; c < Traits::kWarpgroups; ++c) mbar_wait(bars.ds_full(buffer, c), use & 1);
-  };
-  // dQ of block j over the CTA's 128 keys (k-step kk: consumer kk / 4's tile), once both tiles are stored
-  const auto issue_dq = [&](int j, float (&acc_dq)[8][4]) {
-    const int dq_tile = kAlternate ? 0 : cw;  // 64-dim tile of the block
-    const Sw128Desc ds_mn(ds_buffer(j), DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
-      const std::uint32_t a = (kk / 4) * kDsTile + (kk % 4) * 2048;
-      const std::uint32_t b = (kk / 4) * kTile + (kk % 4) * 2048;
-      wgmma_ss<64, 1>(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
-    }
-    wgmma_commit();
-  };
-  // dQ of block j landed (acc_dq): to shared memory (fragment order), then to the workspace by the
-  // reducing warp's bulk reduction, or in key-block order (deterministic)
-  const auto hand_dq = [&](int j, const float (&acc_dq)[8][4]) {
-    const int qb = qb_begin + j;
-    if (!p.deterministic) {
-      if (has_dq(j)) {
-        if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw), Bars::kDqHandshake);  // the last tile was read
-        store_dq_part(s_dq_group, acc_dq, tid);
-        fence_proxy_async_smem();  // the copy engine reads the tile
-        named_barrier_arrive(Bars::dq_full(cw), Bars::kDqHandshake);
-        ++dq_stored;
+  // Traits::kDqLate (head dim 128): the late dQ below. Head dim 64: the walk as it was before,
+  // both consumers meeting at a named barrier per block, kept as written then: the late dQ lost
+  // 3-5% there, and a version sharing the late dQ's code with a compile-time switch, whose SASS
+  // differed only in register allocation, still lost 2-4% (docs/benchmarks.md).
+  if constexpr (Traits::kDqLate) {
+    int dq_stored = 0;  // dQ tiles this consumer handed to its reducing warp
+    // dQ of block j (j: the walk's index) is issued at block j + 1, behind that block's dV,
+    // dK products (the last block's after the walk), so neither consumer waits for the other's dS^T
+    // of the block it is on: the two run about half a block apart (consumer 1 starts once consumer 0
+    // has issued its first dV, dK) and one's P, dS arithmetic runs while the other's products keep
+    // the tensor cores busy, where waiting for both tiles of the block had them compute their P, dS
+    // at the same time. A consumer holds a [64 queries, 64] part: head dim 128 its half of the dims, 64 the whole block,
+    // consumer j % 2 computing block j's.
+    const auto has_dq = [&](int j) { return !kAlternate || (j & 1) == cw; };
+    const auto ds_buffer = [&](int j) { return s_ds + (j % Traits::kDsBuffers) * 2 * kDsTile; };
+    const auto wait_ds = [&](int j) {  // both consumers' dS^T tiles of block j are stored
+      const int buffer = j % Traits::kDsBuffers, use = j / Traits::kDsBuffers;
+  #pragma unroll
+      for (int c = 0; c < Traits::kWarpgroups; ++c) mbar_wait(bars.ds_full(buffer, c), use & 1);
+    };
+    // dQ of block j over the CTA's 128 keys (k-step kk: consumer kk / 4's tile), once both tiles are stored
+    const auto issue_dq = [&](int j, float (&acc_dq)[8][4]) {
+      const int dq_tile = kAlternate ? 0 : cw;  // 64-dim tile of the block
+      const Sw128Desc ds_mn(ds_buffer(j), DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
+      wgmma_fence();
+  #pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        const std::uint32_t a = (kk / 4) * kDsTile + (kk % 4) * 2048;
+        const std::uint32_t b = (kk / 4) * kTile + (kk % 4) * 2048;
+        wgmma_ss<64, 1>(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
       }
-      return;
-    }
-    if (has_dq(j)) store_dq_part(s_dq_group, acc_dq, tid);
-    // key-block order: this CTA adds its whole [64, D] block (128: both consumers' tiles, which are
-    // the block's two dim tiles in order; 64: the owning consumer's tile)
-    float* dq_block = dq_head + std::int64_t(qb) * BQ * D;
-    int* turn = p.dq_semaphore + ((std::int64_t(b) * p.heads + h) * n_qblocks + qb);
-    const int ctid = threadIdx.x - 128;  // 0 .. kConsumerThreads
-    wait_turn(turn, kb, ctid == 0, consumers_sync);  // its barrier: the dQ tiles are stored
-    const float4* tiles = reinterpret_cast<const float4*>(shared.dq[kAlternate ? (j & 1) : 0]);
-    float4* dst = reinterpret_cast<float4*>(dq_block);
-    constexpr int kVecs = BQ * D / 4;
-    for (int v = ctid; v < kVecs; v += kConsumerThreads) {
-      const float4 add = tiles[v];
-      float4 cur = __ldcg(dst + v);
-      cur.x += add.x, cur.y += add.y, cur.z += add.z, cur.w += add.w;
-      __stcg(dst + v, cur);
-    }
-    pass_turn(turn, kb + 1, ctid == 0, consumers_sync);  // its barrier also ends the reads of the dQ tiles
-  };
-  const int n_walk = qb_end - qb_begin;
-  if (kDqLate && cw == 1 && n_walk > 0) named_barrier_sync(Bars::kStagger, kConsumerThreads);
-  // Block i of the walk; kFirst: i = 0, which has no previous block's dQ (a separate copy: with a
-  // run-time condition on the dQ product ptxas serialized the head dim 128 kernel's wgmma, C7512)
-  const auto walk_block = [&](int i, auto first) {
-    constexpr bool kFirst = decltype(first)::value;
-    const int q0 = (qb_begin + i) * BQ;
-    const QuerySlot<kSlots> at(i);
-    const int slot = at.slot;
-    const std::uint32_t s_q = s_q0 + slot * kTile, s_do = s_do0 + slot * kTile;
-    mbar_wait(bars.full(slot), at.use & 1);
-
-    // ---- S^T = K Q^T and dP^T = V dO^T. Head dim 64: S^T in its own group, so that P is formed
-    // while dP^T runs (+2-4% backward; at 128 it measured -2% to +1%, so there one group and P
-    // after both products)
-    float st[NQ][4], dpt[NQ][4];
-    issue_scores_and_dprobs<D, kSplitScores>(st, dpt, s_k_group, s_q, s_v_group, s_do);
-    wgmma_wait<kSplitScores ? 1 : 0>();  // S^T landed (with the split dP^T may still run)
-    fence_registers(st);
-
-    // ---- P, then dS, at the mode's rounding points (backward_common.cuh's element mapping):
-    // element (nq, e) is key group_k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
-    // P overwrites S^T in place.
-    const float* s_lse = shared.rowvals[slot][0];
-    const float* s_delta = shared.rowvals[slot][1];
-    const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
-    if (need_mask) mask_transposed_scores(p, st, group_k0 + key_row + g, q0, t, causal);
-    std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
-    form_probs<kPaper>(p, st, pa, s_lse, t);
-    wgmma_wait<0>();
-    fence_registers(dpt);
-    const std::uint32_t s_ds_buf = ds_buffer(i);
-#pragma unroll
-    for (int nq = 0; nq < NQ; ++nq) {
-      float dsv[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dsv[e] = dscore_of<kPaper>(p, st[nq][e], dpt[nq][e], s_delta[nq * 8 + 2 * t + (e & 1)]);
-      dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
-      dsa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(dsv[2], dsv[3]);
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {  // dS^T [key][query] for dQ, in the SW128 layout
-        const std::uint32_t addr = s_ds_buf + cw * kDsTile + DsTile::offset(key_row + g + 8 * hf, nq) + 4 * t;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
+      wgmma_commit();
+    };
+    // dQ of block j landed (acc_dq): to shared memory (fragment order), then to the workspace by the
+    // reducing warp's bulk reduction, or in key-block order (deterministic)
+    const auto hand_dq = [&](int j, const float (&acc_dq)[8][4]) {
+      const int qb = qb_begin + j;
+      if (!p.deterministic) {
+        if (has_dq(j)) {
+          if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw), Bars::kDqHandshake);  // the last tile was read
+          store_dq_part(s_dq_group, acc_dq, tid);
+          fence_proxy_async_smem();  // the copy engine reads the tile
+          named_barrier_arrive(Bars::dq_full(cw), Bars::kDqHandshake);
+          ++dq_stored;
+        }
+        return;
       }
-    }
-    fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the arrival (barrier) below
-    if (kDqLate) mbar_arrive(bars.ds_full(i % Traits::kDsBuffers, cw));
+      if (has_dq(j)) store_dq_part(s_dq_group, acc_dq, tid);
+      // key-block order: this CTA adds its whole [64, D] block (128: both consumers' tiles, which are
+      // the block's two dim tiles in order; 64: the owning consumer's tile)
+      float* dq_block = dq_head + std::int64_t(qb) * BQ * D;
+      int* turn = p.dq_semaphore + ((std::int64_t(b) * p.heads + h) * n_qblocks + qb);
+      const int ctid = threadIdx.x - 128;  // 0 .. kConsumerThreads
+      wait_turn(turn, kb, ctid == 0, consumers_sync);  // its barrier: the dQ tiles are stored
+      const float4* tiles = reinterpret_cast<const float4*>(shared.dq[kAlternate ? (j & 1) : 0]);
+      float4* dst = reinterpret_cast<float4*>(dq_block);
+      constexpr int kVecs = BQ * D / 4;
+      for (int v = ctid; v < kVecs; v += kConsumerThreads) {
+        const float4 add = tiles[v];
+        float4 cur = __ldcg(dst + v);
+        cur.x += add.x, cur.y += add.y, cur.z += add.z, cur.w += add.w;
+        __stcg(dst + v, cur);
+      }
+      pass_turn(turn, kb + 1, ctid == 0, consumers_sync);  // its barrier also ends the reads of the dQ tiles
+    };
+    const int n_walk = qb_end - qb_begin;
+    if (cw == 1 && n_walk > 0) named_barrier_sync(Bars::kStagger, kConsumerThreads);
+    // Block i of the walk; kFirst: i = 0, which has no previous block's dQ (a separate copy: with a
+    // run-time condition on the dQ product ptxas serialized the head dim 128 kernel's wgmma, C7512)
+    const auto walk_block = [&](int i, auto first) {
+      constexpr bool kFirst = decltype(first)::value;
+      const int q0 = (qb_begin + i) * BQ;
+      const QuerySlot<kSlots> at(i);
+      const int slot = at.slot;
+      const std::uint32_t s_q = s_q0 + slot * kTile, s_do = s_do0 + slot * kTile;
+      mbar_wait(bars.full(slot), at.use & 1);
 
-    // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q, then the previous block's dQ (its dS^T tiles
-    // waited for first: a wait between the issues kept more registers live than the 240 allow)
-    const bool dq_before = kDqLate && !kFirst && has_dq(i - 1);
-    if (dq_before) wait_ds(i - 1);
-    issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
-    if (kDqLate && kFirst && cw == 0) named_barrier_arrive(Bars::kStagger, kConsumerThreads);  // consumer 1 may start
-    float acc_dq[8][4];
-    if constexpr (kDqLate) {
+      // ---- S^T = K Q^T and dP^T = V dO^T. Head dim 64: S^T in its own group, so that P is formed
+      // while dP^T runs (+2-4% backward; at 128 it measured -2% to +1%, so there one group and P
+      // after both products)
+      float st[NQ][4], dpt[NQ][4];
+      issue_scores_and_dprobs<D, kSplitScores>(st, dpt, s_k_group, s_q, s_v_group, s_do);
+      wgmma_wait<kSplitScores ? 1 : 0>();  // S^T landed (with the split dP^T may still run)
+      fence_registers(st);
+
+      // ---- P, then dS, at the mode's rounding points (backward_common.cuh's element mapping):
+      // element (nq, e) is key group_k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
+      // P overwrites S^T in place.
+      const float* s_lse = shared.rowvals[slot][0];
+      const float* s_delta = shared.rowvals[slot][1];
+      const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
+      if (need_mask) mask_transposed_scores(p, st, group_k0 + key_row + g, q0, t, causal);
+      std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
+      form_probs<kPaper>(p, st, pa, s_lse, t);
+      wgmma_wait<0>();
+      fence_registers(dpt);
+      const std::uint32_t s_ds_buf = ds_buffer(i);
+  #pragma unroll
+      for (int nq = 0; nq < NQ; ++nq) {
+        float dsv[4];
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) dsv[e] = dscore_of<kPaper>(p, st[nq][e], dpt[nq][e], s_delta[nq * 8 + 2 * t + (e & 1)]);
+        dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
+        dsa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(dsv[2], dsv[3]);
+  #pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {  // dS^T [key][query] for dQ, in the SW128 layout
+          const std::uint32_t addr = s_ds_buf + cw * kDsTile + DsTile::offset(key_row + g + 8 * hf, nq) + 4 * t;
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
+        }
+      }
+      fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the arrival (barrier) below
+      mbar_arrive(bars.ds_full(i % Traits::kDsBuffers, cw));
+
+      // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q, then the previous block's dQ (its dS^T tiles
+      // waited for first: a wait between the issues kept more registers live than the 240 allow)
+      const bool dq_before = !kFirst && has_dq(i - 1);
+      if (dq_before) wait_ds(i - 1);
+      issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
+      if (kFirst && cw == 0) named_barrier_arrive(Bars::kStagger, kConsumerThreads);  // consumer 1 may start
+      float acc_dq[8][4];
       if (dq_before) issue_dq(i - 1, acc_dq);
-    } else {
-      named_barrier_sync(Bars::kDsStored, kConsumerThreads);  // both consumers' dS^T tiles are stored
-      if (has_dq(i)) issue_dq(i, acc_dq);
+      wgmma_wait_all();  // pa and dsa are read asynchronously: keep them until here
+      fence_registers(pa);
+      fence_registers(dsa);
+      fence_registers(acc_dq);
+      if (lane == 0) mbar_arrive(bars.free(slot));  // this warp no longer reads Q, dO and the rows of the slot
+      if (!kFirst) hand_dq(i - 1, acc_dq);
+    };
+    if (n_walk > 0) walk_block(0, std::true_type{});
+    for (int i = 1; i < n_walk; ++i) walk_block(i, std::false_type{});
+    if (n_walk > 0) {  // the last block's dQ
+      float acc_dq[8][4];
+      if (has_dq(n_walk - 1)) {
+        wait_ds(n_walk - 1);
+        issue_dq(n_walk - 1, acc_dq);
+      }
+      wgmma_wait_all();
+      fence_registers(acc_dq);
+      hand_dq(n_walk - 1, acc_dq);
     }
-    wgmma_wait_all();  // pa and dsa are read asynchronously: keep them until here
-    fence_registers(pa);
-    fence_registers(dsa);
-    fence_registers(acc_dq);
-    if (lane == 0) mbar_arrive(bars.free(slot));  // this warp no longer reads Q, dO and the rows of the slot
-    if (!kDqLate) {
-      hand_dq(i, acc_dq);
-    } else if (!kFirst) {
-      hand_dq(i - 1, acc_dq);
+  } else {
+    int dq_stored = 0;  // dQ tiles this consumer handed to its reducing warp
+    for (int qb = qb_begin; qb < qb_end; ++qb) {
+      const int i = qb - qb_begin, q0 = qb * BQ;
+      const QuerySlot<kSlots> at(i);
+      const int slot = at.slot;
+      const std::uint32_t s_q = s_q0 + slot * kTile, s_do = s_do0 + slot * kTile;
+      mbar_wait(bars.full(slot), at.use & 1);
+
+      // ---- S^T = K Q^T and dP^T = V dO^T. Head dim 64: S^T in its own group, so that P is formed
+      // while dP^T runs (+2-4% backward; at 128 it measured -2% to +1%, so there one group and P
+      // after both products)
+      float st[NQ][4], dpt[NQ][4];
+      issue_scores_and_dprobs<D, kSplitScores>(st, dpt, s_k_group, s_q, s_v_group, s_do);
+      wgmma_wait<kSplitScores ? 1 : 0>();  // S^T landed (with the split dP^T may still run)
+      fence_registers(st);
+
+      // ---- P, then dS, at the mode's rounding points (backward_common.cuh's element mapping):
+      // element (nq, e) is key group_k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
+      // P overwrites S^T in place.
+      const float* s_lse = shared.rowvals[slot][0];
+      const float* s_delta = shared.rowvals[slot][1];
+      const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
+      if (need_mask) mask_transposed_scores(p, st, group_k0 + key_row + g, q0, t, causal);
+      std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
+      form_probs<kPaper>(p, st, pa, s_lse, t);
+      wgmma_wait<0>();
+      fence_registers(dpt);
+      const std::uint32_t s_ds_buf = s_ds + (i % Traits::kDsBuffers) * 2 * kDsTile;
+  #pragma unroll
+      for (int nq = 0; nq < NQ; ++nq) {
+        float dsv[4];
+  #pragma unroll
+        for (int e = 0; e < 4; ++e) dsv[e] = dscore_of<kPaper>(p, st[nq][e], dpt[nq][e], s_delta[nq * 8 + 2 * t + (e & 1)]);
+        dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
+        dsa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(dsv[2], dsv[3]);
+  #pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {  // dS^T [key][query] for dQ, in the SW128 layout
+          const std::uint32_t addr = s_ds_buf + cw * kDsTile + DsTile::offset(key_row + g + 8 * hf, nq) + 4 * t;
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
+        }
+      }
+      fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the barrier below
+
+      // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q
+      issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
+      named_barrier_sync(Bars::kDsStored, kConsumerThreads);  // dS^T tiles complete
+
+      // ---- dQ part [64 queries, 64] = BF16(dS) K over the CTA's 128 keys (k-step kk: keys 16 kk..,
+      // in consumer kk / 4's tiles): dims 64 cw.. (128), or all dims if this consumer owns the block (64)
+      const bool has_dq = !kAlternate || (i & 1) == cw;
+      const int dq_tile = kAlternate ? 0 : cw;  // 64-dim tile of the block
+      float acc_dq[8][4];
+      if (has_dq) {
+        const Sw128Desc ds_mn(s_ds_buf, DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
+        wgmma_fence();
+  #pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {
+          const std::uint32_t a = (kk / 4) * kDsTile + (kk % 4) * 2048;
+          const std::uint32_t b = (kk / 4) * kTile + (kk % 4) * 2048;
+          wgmma_ss<64, 1>(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
+        }
+        wgmma_commit();
+      }
+      wgmma_wait_all();  // pa and dsa are read asynchronously: keep them until here
+      fence_registers(pa);
+      fence_registers(dsa);
+      fence_registers(acc_dq);
+      if (lane == 0) mbar_arrive(bars.free(slot));  // this warp no longer reads Q, dO and the rows of the slot
+
+      // ---- dQ part -> shared memory (fragment order), then to the workspace: by the reducing warp's
+      // bulk reduction, or in key-block order (deterministic)
+      if (!p.deterministic) {
+        if (has_dq) {
+          if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw), Bars::kDqHandshake);  // the last tile was read
+          store_dq_part(s_dq_group, acc_dq, tid);
+          fence_proxy_async_smem();  // the copy engine reads the tile
+          named_barrier_arrive(Bars::dq_full(cw), Bars::kDqHandshake);
+          ++dq_stored;
+        }
+      } else {
+        if (has_dq) {
+          store_dq_part(s_dq_group, acc_dq, tid);
+        }
+        // key-block order: this CTA adds its whole [64, D] block (128: both consumers' tiles, which
+        // are the block's two dim tiles in order; 64: the owning consumer's tile)
+        float* dq_block = dq_head + std::int64_t(qb) * BQ * D;
+        int* turn = p.dq_semaphore + ((std::int64_t(b) * p.heads + h) * n_qblocks + qb);
+        const int ctid = threadIdx.x - 128;  // 0 .. kConsumerThreads
+        wait_turn(turn, kb, ctid == 0, consumers_sync);  // its barrier: the dQ tiles are stored
+        const float4* tiles = reinterpret_cast<const float4*>(shared.dq[kAlternate ? (i & 1) : 0]);
+        float4* dst = reinterpret_cast<float4*>(dq_block);
+        constexpr int kVecs = BQ * D / 4;
+        for (int v = ctid; v < kVecs; v += kConsumerThreads) {
+          const float4 add = tiles[v];
+          float4 cur = __ldcg(dst + v);
+          cur.x += add.x, cur.y += add.y, cur.z += add.z, cur.w += add.w;
+          __stcg(dst + v, cur);
+        }
+        pass_turn(turn, kb + 1, ctid == 0, consumers_sync);  // its barrier also ends the reads of the dQ tiles
+      }
     }
-  };
-  if (kDqLate && n_walk > 0) walk_block(0, std::true_type{});
-  for (int i = kDqLate ? 1 : 0; i < n_walk; ++i) walk_block(i, std::false_type{});
-  if (kDqLate && n_walk > 0) {  // the last block's dQ
-    float acc_dq[8][4];
-    if (has_dq(n_walk - 1)) {
-      wait_ds(n_walk - 1);
-      issue_dq(n_walk - 1, acc_dq);
-    }
-    wgmma_wait_all();
-    fence_registers(acc_dq);
-    hand_dq(n_walk - 1, acc_dq);
   }
   fence_registers(acc_dk);
   fence_registers(acc_dv);
