@@ -389,8 +389,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const auto consumers_sync = [] { named_barrier_sync(Bars::kConsumers, kConsumerThreads); };
   // Traits::kDqLate (head dim 128): the late dQ below. Head dim 64: the walk as it was before,
   // both consumers meeting at a named barrier per block, kept as written then: the late dQ lost
-  // 3-5% there, and a version sharing the late dQ's code with a compile-time switch, whose SASS
-  // differed only in register allocation, still lost 2-4% (docs/benchmarks.md).
+  // 1-5% there, and a version sharing the late dQ's code with a compile-time switch, whose SASS
+  // differed only in register allocation, still lost 2-4% (docs/benchmarks.md). The two walks'
+  // common steps (S^T, dP^T, P, dS, the dQ product and its hand-over) stay written out in each:
+  // shared as lambdas they left the head dim 128 SASS as it is but changed the register
+  // allocation of the head dim 64 kernel again, which is what measured slower.
   if constexpr (Traits::kDqLate) {
     int dq_stored = 0;  // dQ tiles this consumer handed to its reducing warp
     // dQ of block j (j: the walk's index) is issued at block j + 1, behind that block's dV,
@@ -398,13 +401,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // of the block it is on: the two run about half a block apart (consumer 1 starts once consumer 0
     // has issued its first dV, dK) and one's P, dS arithmetic runs while the other's products keep
     // the tensor cores busy, where waiting for both tiles of the block had them compute their P, dS
-    // at the same time. A consumer holds a [64 queries, 64] part: head dim 128 its half of the dims, 64 the whole block,
-    // consumer j % 2 computing block j's.
+    // at the same time. A consumer holds a [64 queries, 64] part: head dim 128 its half of the
+    // dims, 64 the whole block, consumer j % 2 computing block j's.
     const auto has_dq = [&](int j) { return !kAlternate || (j & 1) == cw; };
     const auto ds_buffer = [&](int j) { return s_ds + (j % Traits::kDsBuffers) * 2 * kDsTile; };
     const auto wait_ds = [&](int j) {  // both consumers' dS^T tiles of block j are stored
       const int buffer = j % Traits::kDsBuffers, use = j / Traits::kDsBuffers;
-  #pragma unroll
+#pragma unroll
       for (int c = 0; c < Traits::kWarpgroups; ++c) mbar_wait(bars.ds_full(buffer, c), use & 1);
     };
     // dQ of block j over the CTA's 128 keys (k-step kk: consumer kk / 4's tile), once both tiles are stored
@@ -412,7 +415,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const int dq_tile = kAlternate ? 0 : cw;  // 64-dim tile of the block
       const Sw128Desc ds_mn(ds_buffer(j), DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
       wgmma_fence();
-  #pragma unroll
+#pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk) {
         const std::uint32_t a = (kk / 4) * kDsTile + (kk % 4) * 2048;
         const std::uint32_t b = (kk / 4) * kTile + (kk % 4) * 2048;
@@ -484,14 +487,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       wgmma_wait<0>();
       fence_registers(dpt);
       const std::uint32_t s_ds_buf = ds_buffer(i);
-  #pragma unroll
+#pragma unroll
       for (int nq = 0; nq < NQ; ++nq) {
         float dsv[4];
-  #pragma unroll
+#pragma unroll
         for (int e = 0; e < 4; ++e) dsv[e] = dscore_of<kPaper>(p, st[nq][e], dpt[nq][e], s_delta[nq * 8 + 2 * t + (e & 1)]);
         dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
         dsa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(dsv[2], dsv[3]);
-  #pragma unroll
+#pragma unroll
         for (int hf = 0; hf < 2; ++hf) {  // dS^T [key][query] for dQ, in the SW128 layout
           const std::uint32_t addr = s_ds_buf + cw * kDsTile + DsTile::offset(key_row + g + 8 * hf, nq) + 4 * t;
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
@@ -556,14 +559,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       wgmma_wait<0>();
       fence_registers(dpt);
       const std::uint32_t s_ds_buf = s_ds + (i % Traits::kDsBuffers) * 2 * kDsTile;
-  #pragma unroll
+#pragma unroll
       for (int nq = 0; nq < NQ; ++nq) {
         float dsv[4];
-  #pragma unroll
+#pragma unroll
         for (int e = 0; e < 4; ++e) dsv[e] = dscore_of<kPaper>(p, st[nq][e], dpt[nq][e], s_delta[nq * 8 + 2 * t + (e & 1)]);
         dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
         dsa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(dsv[2], dsv[3]);
-  #pragma unroll
+#pragma unroll
         for (int hf = 0; hf < 2; ++hf) {  // dS^T [key][query] for dQ, in the SW128 layout
           const std::uint32_t addr = s_ds_buf + cw * kDsTile + DsTile::offset(key_row + g + 8 * hf, nq) + 4 * t;
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
@@ -583,7 +586,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if (has_dq) {
         const Sw128Desc ds_mn(s_ds_buf, DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
         wgmma_fence();
-  #pragma unroll
+#pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
           const std::uint32_t a = (kk / 4) * kDsTile + (kk % 4) * 2048;
           const std::uint32_t b = (kk / 4) * kTile + (kk % 4) * 2048;
