@@ -5,12 +5,17 @@
 # (shared/peers/torch_peers.py `attention`: SDPA cuDNN and SDPA flash = FlashAttention-2) over a grid
 # of shapes: B·H 8 to 512, T 128 to 16384 (1000 and 4097 are not multiples of 128), D 64 and 128,
 # causal and full, plus the four benchmark shapes. All timed as device-check.sh times them (median
-# over 7 windows of back-to-back calls, >= 20 ms each, after 0.3 s of warm-up), one process for ours
+# over 7 windows of back-to-back calls, >= 20 ms each, after SWEEP_WARMUP seconds of warm-up, default
+# 1.0: both sides measured at the GPU's power cap, as training runs; the peers' first call, where
+# cuDNN builds its plan, untimed: scripts/peer_timing.py says why), one process for ours
 # (every shape, both δ sources interleaved shape by shape) and one for the peers (torch_peers.py's own
 # command line, parsed by its main(), once per shape in that process: a process per shape would
 # spend seconds each importing PyTorch). From the packed binaries (scripts/device-check.sh pack).
 #
-#   GPU machine:  scripts/attention-sweep.sh [--quick] [--skip-peers] [--rounds N]   # or scripts/device-check.sh ... --sweep
+#   GPU machine:  scripts/attention-sweep.sh [--quick] [--skip-peers] [--rounds N] [--interleaved]   # or scripts/device-check.sh ... --sweep
+#   --interleaved: ours (the PyTorch op, the wheel: scripts/build-wheel.sh), cuDNN and FA2 timed in one
+#   process, window by window in turn (scripts/attention-interleaved.py), so that every implementation
+#   of a shape runs in the same power state; no oracle check (the GPU tests check the values)
 #   anywhere:     scripts/attention-sweep.sh --estimate                  # the grid and its time estimate, runs nothing
 #   SWEEP_SHAPES="BxHxTxD:causal|full,..." replaces the grid (the four benchmark shapes stay).
 #   --rounds N (default 1): every shape measured N times, round after round (ours, then the peers'
@@ -30,12 +35,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
 PEERS=${STABLEFLASH_PEERS:-.peers}
-quick=0 estimate_only=0 peers=1 rounds=1
+quick=0 estimate_only=0 peers=1 rounds=1 interleaved=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --estimate) estimate_only=1 ;;
     --skip-peers) peers=0 ;;
+    --interleaved) interleaved=1 ;;
     --rounds) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds: a positive count (got '${2:-}')" >&2; exit 2; }
               rounds=$2; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
@@ -46,12 +52,16 @@ W=$(mktemp -d /tmp/attention-sweep.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 
 # The grid and the time estimate. The estimate follows the timing method: per phase (forward,
-# backward) a warm-up of max(0.3 s, 3 calls) plus ~1 call of overshoot, one sizing call, 7 windows of
+# backward) a warm-up of max(SWEEP_WARMUP, 3 calls) plus ~1 call of overshoot (or the peers' untimed
+# first call), one sizing call, 7 windows of
 # max(20 ms, 1 call); a call's time from the FLOPs at rates at the low end of what the H200 measured
 # (docs/benchmarks.md), so the estimate errs long.
-python3 - "$W" "$quick" "$peers" "${SWEEP_SHAPES:-}" "$rounds" <<'EOF' || exit 2
+WARM=${SWEEP_WARMUP:-1.0}
+[[ "$WARM" =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "SWEEP_WARMUP: seconds, e.g. 1.0 (got '$WARM')" >&2; exit 2; }
+python3 - "$W" "$quick" "$peers" "${SWEEP_SHAPES:-}" "$rounds" "$WARM" "$interleaved" <<'EOF' || exit 2
 import math, sys
 w, quick, peers, override, rounds = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1", sys.argv[4], int(sys.argv[5])
+warm, interleaved = float(sys.argv[6]), sys.argv[7] == "1"
 BENCH = [(16, 12, 1024, 64, True), (16, 12, 1024, 64, False), (8, 16, 4096, 128, True), (2, 16, 16384, 128, True)]
 # (B, H) per B·H, and the T of each: shorter T as B·H grows (the work grows as B·H·T²), every T of
 # the issue at one B·H at least, 44 grid shapes in all: the time goes mostly to the fixed cost of a
@@ -74,12 +84,18 @@ RATES = {"ours": (250, 180), "cudnn": (300, 230), "flash": (190, 140)}
 def flop(b, h, t, d, causal):
     return 4.0 * b * h * t * t * d / (2 if causal else 1)
 def phase_s(call):
-    return max(0.3, 3 * call) + call + call + 7 * math.ceil(0.02 / call) * call + 0.02
+    return max(warm, 3 * call) + call + call + 7 * math.ceil(0.02 / call) * call + 0.02
 def impl_s(name, s):
     f, (rf, rb) = flop(*s), RATES[name]
     return phase_s(f / rf / 1e12) + phase_s(2.5 * f / rb / 1e12) + (0.6 if name == "cudnn" else 0.05)
 ours = rounds * (sum(2 * impl_s("ours", s) for s in shapes) + 8 * 0.5 + 2)  # 2 δ sources; 8 oracle checks; start
 peer = (rounds * sum(impl_s("cudnn", s) + impl_s("flash", s) for s in shapes) + 8) if peers else 0.0  # start: import torch
+if interleaved:  # one process: per shape and pass the first calls, the warm-up, 7 rounds of 4 windows >= 40 ms
+    def inter_s(s):
+        calls = [flop(*s) / RATES[n][0] / 1e12 for n in ("ours", "ours", "cudnn", "flash")]
+        calls += [2.5 * flop(*s) / RATES[n][1] / 1e12 for n in ("ours", "ours", "cudnn", "flash")]
+        return 2 * warm + sum(2 * c + 7 * max(0.04, c) for c in calls) + 0.6
+    ours, peer = rounds * sum(inter_s(s) for s in shapes) + 10, 0.0
 with open(f"{w}/ours-shapes.txt", "w") as f:
     f.write(",".join(f"{b}x{h}x{t}x{d}:{'causal' if c else 'full'}" for b, h, t, d, c in shapes) + "\n")
 with open(f"{w}/peer-shapes.txt", "w") as f:
@@ -91,9 +107,10 @@ for d in sorted({s[3] for s in shapes}):
         row = sorted((s for s in shapes if s[3] == d and s[4] == c), key=lambda s: (s[0] * s[1], s[2]))
         if row:
             print(f"  D {d:3d} {'causal' if c else 'full  '}: " + " ".join(f"{s[0]}x{s[1]}x{s[2]}" for s in row))
+parts = (f"ours (2 configurations), cuDNN and FA2 interleaved in one process" if interleaved else
+         f"ours (2 configurations) {ours:.0f} s, peers (cuDNN, FA2) {peer:.0f} s")
 print(f"{len(shapes)} shapes (grid{' (SWEEP_SHAPES)' if override else ' (--quick)' if quick else ''} + the four benchmark "
-      f"shapes){f', {rounds} rounds' if rounds > 1 else ''}; estimated {ours + peer:.0f} s: ours (2 configurations) "
-      f"{ours:.0f} s, peers (cuDNN, FA2) {peer:.0f} s")
+      f"shapes){f', {rounds} rounds' if rounds > 1 else ''}; estimated {ours + peer:.0f} s: {parts}")
 EOF
 read -r est_total est_ours est_peers <"$W/estimate.txt"
 [ $estimate_only = 1 ] && exit 0
@@ -119,26 +136,46 @@ echo "default attention: fused, policy ${default_policy:?}, delta_source ${defau
 deltas=$default_delta
 [ "$default_delta" = rounded ] || deltas="$default_delta,rounded"
 
-step "benchmark: ours, $(tr ',' '\n' <"$W/ours-shapes.txt" | wc -l) shapes x {$deltas}, $rounds round(s) (estimated ${est_ours} s)"
-: >"$W/ours-raw.jsonl"
-: >"$W/ours.txt"
-for ((round = 1; round <= rounds; ++round)); do
-  [ "$rounds" = 1 ] || echo "--- round $round of $rounds" | tee -a "$W/ours.txt"
-  timeout $((2 * est_ours / rounds + 60)) "$BIN"/stableflash bench attention --shapes "$(cat "$W/ours-shapes.txt")" --numerics fused \
-    --policy "$default_policy" --delta-source "$deltas" --json "$W/ours-round.jsonl" 2>&1 | tee -a "$W/ours.txt"
-  rc=${PIPESTATUS[0]}
-  cat "$W/ours-round.jsonl" >>"$W/ours-raw.jsonl" 2>/dev/null
-  [ $rc = 0 ] || { echo "bench attention (round $round): exit $rc (124: timed out)"; status=1; }
-done
-rm -f "$W/ours-round.jsonl"
+if [ $interleaved = 1 ]; then
+  step "benchmark: ours (the PyTorch op) x {$deltas}, cuDNN, FA2, interleaved in one process, $rounds round(s) (estimated ${est_ours} s)"
+  target=$(mktemp -d /tmp/stableflash-python.XXXXXX)
+  install_wheel "$BIN" "$target" "$W/install.log" || status=1
+  : >"$W/interleaved-raw.jsonl"
+  for ((round = 1; round <= rounds; ++round)); do
+    [ "$rounds" = 1 ] || echo "--- round $round of $rounds"
+    timeout $((2 * est_ours / rounds + 60)) env PYTHONUNBUFFERED=1 python3 scripts/attention-interleaved.py --peers "$PEERS" \
+      --shapes "$(cat "$W/ours-shapes.txt")" --policy "$default_policy" --deltas "$deltas" --warmup "$WARM" \
+      --json "$W/interleaved-round.jsonl" 2> >(tee -a "$W/interleaved.err" >&2) | tee -a "$W/interleaved.txt"
+    rc=${PIPESTATUS[0]}
+    cat "$W/interleaved-round.jsonl" >>"$W/interleaved-raw.jsonl" 2>/dev/null
+    [ $rc = 0 ] || { echo "interleaved (round $round): exit $rc (124: timed out)"; status=1; }
+  done
+  rm -rf "$target" "$W/interleaved-round.jsonl"
+  peers=0
+else
+  step "benchmark: ours, $(tr ',' '\n' <"$W/ours-shapes.txt" | wc -l) shapes x {$deltas}, $rounds round(s) (estimated ${est_ours} s)"
+  : >"$W/ours-raw.jsonl"
+  : >"$W/ours.txt"
+  for ((round = 1; round <= rounds; ++round)); do
+    [ "$rounds" = 1 ] || echo "--- round $round of $rounds" | tee -a "$W/ours.txt"
+    timeout $((2 * est_ours / rounds + 60)) "$BIN"/stableflash bench attention --shapes "$(cat "$W/ours-shapes.txt")" --numerics fused \
+      --policy "$default_policy" --delta-source "$deltas" --warmup "$WARM" --json "$W/ours-round.jsonl" 2>&1 | tee -a "$W/ours.txt"
+    rc=${PIPESTATUS[0]}
+    cat "$W/ours-round.jsonl" >>"$W/ours-raw.jsonl" 2>/dev/null
+    [ $rc = 0 ] || { echo "bench attention (round $round): exit $rc (124: timed out)"; status=1; }
+  done
+  rm -f "$W/ours-round.jsonl"
+fi
 
 if [ $peers = 1 ]; then
   step "benchmark: peers, SDPA cuDNN and flash (FA2), one process (estimated ${est_peers} s)"
-  # torch_peers.py as it is: its main() parses its own command line, once per shape
-  timeout $((2 * est_peers + 60)) env PYTHONUNBUFFERED=1 python3 - "$PEERS" "$W/peer-shapes.txt" "$W/peers-raw.jsonl" "$rounds" 2>"$W/peers.err" <<'EOF'
-import contextlib, io, json, sys, time
-sys.path.insert(0, sys.argv[1])
-import torch, torch_peers
+  # torch_peers.py as it is: its main() parses its own command line, once per shape; its timing
+  # function behind peer_timing.py's untimed first call and warm-up
+  timeout $((2 * est_peers + 60)) env PYTHONUNBUFFERED=1 python3 - "$PEERS" "$W/peer-shapes.txt" "$W/peers-raw.jsonl" "$rounds" "$WARM" 2>"$W/peers.err" <<'EOF'
+import contextlib, io, json, os, sys, time
+sys.path[:0] = [sys.argv[1], os.path.join(os.getcwd(), "scripts")]
+import torch, torch_peers, peer_timing
+peer_timing.install(torch_peers, float(sys.argv[5]))
 out = open(sys.argv[3], "w")
 rounds = int(sys.argv[4])
 for line in [l for _ in range(rounds) for l in open(sys.argv[2])]:  # round after round, the shapes in order
@@ -168,16 +205,19 @@ fi
 step "table and plots"
 elapsed=$(( $(date +%s) - start ))
 # one JSONL: a meta line, then every measurement with "impl" (stableflash, cudnn, flash)
-python3 - "$W" "$default_policy" "$default_delta" "$commit" "$est_total" "$elapsed" <<'EOF' || status=1
+python3 - "$W" "$default_policy" "$default_delta" "$commit" "$est_total" "$elapsed" "$interleaved" "$WARM" <<'EOF' || status=1
 import json, os, sys
-w, policy, delta, commit, est, elapsed = sys.argv[1:]
+w, policy, delta, commit, est, elapsed, interleaved, warm = sys.argv[1:]
 device = open(f"{w}/device.txt").read().strip()
 rows = [{"meta": True, "default_policy": policy, "default_delta_source": delta, "commit": commit, "device": device,
-         "estimate_s": float(est), "elapsed_s": float(elapsed)}]
+         "estimate_s": float(est), "elapsed_s": float(elapsed), "warmup_s": float(warm),
+         "method": "interleaved in one process (attention-interleaved.py)" if interleaved == "1" else
+                   "ours (stableflash bench attention), then the peers (torch_peers.py), one process each"}]
 def lines(f):
     return [json.loads(l) for l in open(f) if l.strip()] if os.path.exists(f) else []
 for r in lines(f"{w}/ours-raw.jsonl"):
     rows.append({"impl": "stableflash", **r})
+rows += lines(f"{w}/interleaved-raw.jsonl")  # attention-interleaved.py's records carry "impl" already
 for r in lines(f"{w}/peers-raw.jsonl"):
     shape = {k: r[k] for k in ("B", "H", "T", "D", "causal")}
     for name in ("cudnn", "flash"):

@@ -43,21 +43,8 @@ rows=()
 status=0
 
 step "python: install the wheel (--no-index, --target a temporary folder)"
-wheel=$(ls "$BIN"/stableflash-*.whl build-cuda/wheel/stableflash-*.whl 2>/dev/null | head -1)
-if [ -z "$wheel" ]; then
-  echo "no stableflash-*.whl in $BIN or build-cuda/wheel (here: scripts/build-wheel.sh, then scripts/device-check.sh pack)"
-  exit 1
-fi
 target=$(mktemp -d /tmp/stableflash-python.XXXXXX)
-if python3 -m pip --version >/dev/null 2>&1; then
-  python3 -m pip install --no-index --no-deps --target "$target" "$wheel" >"$OUT/python-install.log" 2>&1 ||
-    { cat "$OUT/python-install.log"; echo "pip install failed"; exit 1; }
-  how="pip install --no-index --target"
-else  # a wheel is a zip laid out as installed; this is what pip would do for it
-  python3 -m zipfile -e "$wheel" "$target" || exit 1
-  how="unzipped (no pip here)"
-fi
-export PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}"
+install_wheel "$BIN" "$target" "$OUT/python-install.log" || exit 1
 where=$(python3 -c 'import stableflash.torch, torch; print(stableflash.torch.__file__, "torch", torch.__version__, torch.version.cuda)' 2>&1) ||
   { echo "$where"; echo "import stableflash.torch failed"; exit 1; }
 echo "$(basename "$wheel"): $how; $where"

@@ -215,7 +215,10 @@ fi
 
 if [ $bench = 1 ]; then
   step "benchmark: ours"
-  # the four multi-head shapes and a grouped-query one (Llama: 64 query heads, 8 KV heads)
+  # the four multi-head shapes and a grouped-query one (Llama: 64 query heads, 8 KV heads); every
+  # measurement, ours and the peers', after 1 s of warm-up, so that both run at the GPU's power cap
+  # (scripts/peer_timing.py says why; the peers' first call, where cuDNN builds its plan, untimed)
+  export STABLEFLASH_BENCH_WARMUP=${STABLEFLASH_BENCH_WARMUP:-1.0}
   shapes="16x12x1024x64:causal,16x12x1024x64:full,8x16x4096x128:causal,2x16x16384x128:causal,2x64x4096x128:causal:kv8"
   : >"$OUT/ours.jsonl"
   # the default attention (the trainer's, from the library's one definition): what the summary reports
@@ -224,11 +227,11 @@ if [ $bench = 1 ]; then
   echo "default attention: fused, policy ${default_policy:?}, delta_source ${default_delta:?}"
   # both shifts with both deltas: the default, FlashAttention as is (standard + rounded), and the rest
   "$BIN"/stableflash bench attention --shapes "$shapes" --numerics fused --policy standard,hashed_offset \
-    --delta-source rounded,compensated --json "$OUT/ours-fused.jsonl" | tee "$OUT/ours-fused.txt" || status=1
+    --delta-source rounded,compensated --warmup "$STABLEFLASH_BENCH_WARMUP" --json "$OUT/ours-fused.jsonl" | tee "$OUT/ours-fused.txt" || status=1
   "$BIN"/stableflash bench attention --shapes "16x12x1024x64:causal" --numerics paper --policy standard,paper,hashed_offset \
-    --delta-source rounded --json "$OUT/ours-paper.jsonl" | tee "$OUT/ours-paper.txt" || status=1
+    --delta-source rounded --warmup "$STABLEFLASH_BENCH_WARMUP" --json "$OUT/ours-paper.jsonl" | tee "$OUT/ours-paper.txt" || status=1
   "$BIN"/stableflash bench attention --shapes "16x12x1024x64:causal,8x16x4096x128:causal" --numerics fused --policy standard \
-    --delta-source exact --json "$OUT/ours-exact.jsonl" | tee "$OUT/ours-exact.txt" || status=1
+    --delta-source exact --warmup "$STABLEFLASH_BENCH_WARMUP" --json "$OUT/ours-exact.jsonl" | tee "$OUT/ours-exact.txt" || status=1
   # the comparison kernels live in the kernel lab (attention/cuda/lab), not in the library
   "$BIN"/kernel_lab --forward-kernel mma --backward-kernel mma --shapes "$shapes" --numerics fused --policy standard \
     --delta-source rounded --no-check --json "$OUT/mma-sync-fused.jsonl" | tee "$OUT/mma-sync-fused.txt" || status=1
@@ -244,12 +247,12 @@ if [ $bench = 1 ]; then
   : >"$OUT/peers.jsonl"
   for spec in "16 12 1024 64 --causal" "16 12 1024 64" "8 16 4096 128 --causal" "2 16 16384 128 --causal"; do
     set -- $spec
-    PYTHONUNBUFFERED=1 python3 "$PEERS"/torch_peers.py attention --B "$1" --H "$2" --T "$3" --D "$4" ${5:-} \
-      --backends flash,cudnn 2>>"$OUT/peers.err" | tail -1 >>"$OUT/peers.jsonl" || status=1
+    PYTHONUNBUFFERED=1 python3 scripts/peer_timing.py --peers "$PEERS" --warmup "$STABLEFLASH_BENCH_WARMUP" -- \
+      attention --B "$1" --H "$2" --T "$3" --D "$4" ${5:-} --backends flash,cudnn 2>>"$OUT/peers.err" | tail -1 >>"$OUT/peers.jsonl" || status=1
   done
   # grouped-query heads: torch_peers.py has no such mode; our script calls SDPA with enable_gqa=True
   # through torch_peers.py's own timing function
-  PYTHONUNBUFFERED=1 python3 scripts/gqa_sdpa_peer.py --peers "$PEERS" --B 2 --H 64 --Hkv 8 --T 4096 --D 128 --causal \
+  PYTHONUNBUFFERED=1 python3 scripts/gqa_sdpa_peer.py --peers "$PEERS" --warmup "$STABLEFLASH_BENCH_WARMUP" --B 2 --H 64 --Hkv 8 --T 4096 --D 128 --causal \
     --backends flash,cudnn 2>>"$OUT/peers.err" | tail -1 >>"$OUT/peers.jsonl" || status=1
 
   step "ratios (ours / peer, same run)"

@@ -36,3 +36,25 @@ require_devbin_program() {
   [ -x "$bin/$program" ] ||
     { echo "no $bin/$program: build it (ninja -C build-cuda $program) and run scripts/device-check.sh pack" >&2; exit 2; }
 }
+
+# Installs the Python wheel (scripts/build-wheel.sh; device-check.sh pack puts it in the devbin)
+# into the folder $target without network and puts that folder on PYTHONPATH; sets `wheel` and `how`
+# (pip, or unzipped where the image has no pip: a wheel is a zip laid out as installed). Logs to
+# $log. Returns 1, saying why, if there is no wheel or it would not install.
+install_wheel() {
+  local bin=$1 target=$2 log=$3
+  wheel=$(ls "$bin"/stableflash-*.whl build-cuda/wheel/stableflash-*.whl 2>/dev/null | head -1)
+  if [ -z "$wheel" ]; then
+    echo "no stableflash-*.whl in $bin or build-cuda/wheel (here: scripts/build-wheel.sh, then scripts/device-check.sh pack)"
+    return 1
+  fi
+  if python3 -m pip --version >/dev/null 2>&1; then
+    python3 -m pip install --no-index --no-deps --target "$target" "$wheel" >"$log" 2>&1 ||
+      { cat "$log"; echo "pip install failed"; return 1; }
+    how="pip install --no-index --target"
+  else
+    python3 -m zipfile -e "$wheel" "$target" >"$log" 2>&1 || { cat "$log"; return 1; }
+    how="unzipped (no pip here)"
+  fi
+  export PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}"
+}

@@ -5,7 +5,8 @@ The shared peer script (shared/peers/torch_peers.py, not ours to change) times m
 only; this one times k, v with fewer heads than q and otherwise is that script's `attention` mode:
 its timing function and backend table are imported from it, so the method is the same to the line
 (warm-up, windows of back-to-back calls between one pair of CUDA events, median per-call time;
-forward under no_grad, backward as autograd.grad of a retained graph). FLOPs count the query heads,
+forward under no_grad, backward as autograd.grad of a retained graph), behind scripts/peer_timing.py's
+untimed first call and --warmup seconds of warm-up, as the multi-head shapes are timed. FLOPs count the query heads,
 as `stableflash bench attention` does: forward 4·B·H·T²·D, halved when causal; backward 2.5x.
 
   python3 scripts/gqa_sdpa_peer.py --peers .peers --B 2 --H 64 --Hkv 8 --T 4096 --D 128 --causal
@@ -26,11 +27,15 @@ def main():
         ap.add_argument(f"--{n}", type=int, default=d)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--backends", default="flash,cudnn")
+    ap.add_argument("--warmup", type=float, default=None, help="seconds of warm-up (peer_timing.py's default)")
     a = ap.parse_args()
     if a.H % a.Hkv:
         sys.exit(f"--Hkv {a.Hkv} must divide --H {a.H}")
     sys.path.insert(0, a.peers)
-    from torch_peers import BACKENDS, backend_list, per_call_ms  # the peer's timing, unchanged
+    from torch_peers import BACKENDS, backend_list, per_call_ms as peer_per_call_ms  # the peer's timing, unchanged
+    from peer_timing import DEFAULT_WARMUP_S, steady
+
+    per_call_ms = steady(peer_per_call_ms, DEFAULT_WARMUP_S if a.warmup is None else a.warmup)
 
     torch.manual_seed(a.seed)
     q = torch.randn((a.B, a.H, a.T, a.D), device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -38,7 +43,7 @@ def main():
     do = torch.randn((a.B, a.H, a.T, a.D), device="cuda", dtype=torch.bfloat16)
     fwd_flop = 4 * a.B * a.H * a.T * a.T * a.D / (2 if a.causal else 1)
     out = {"B": a.B, "H": a.H, "Hkv": a.Hkv, "T": a.T, "D": a.D, "causal": a.causal, "device": torch.cuda.get_device_name(),
-           "method": "median over windows of back-to-back calls (torch_peers.per_call_ms)"}
+           "method": "median over windows of back-to-back calls (torch_peers.per_call_ms, peer_timing.steady)"}
     for name in backend_list(a.backends):
         try:
             with sdpa_kernel([BACKENDS[name]]):
