@@ -109,14 +109,29 @@ def rounds_note(shapes):
     return f" Times: the median of {n} rounds (each round every shape once, in the sweep's order)." if n > 1 else ""
 
 
+def device_note(meta):
+    """nvidia-smi's CSV of the sweep's start (name, driver, SM clock, max SM clock, °C, W), labelled."""
+    fields = [f.strip() for f in (meta.get("device") or "").split(",")]
+    if len(fields) != 6:
+        return meta.get("device") or "device not recorded"
+    name, driver, clock, max_clock, temp, power = fields
+    return f"{name} (driver {driver}; at the start: SM clock {clock} of {max_clock}, {temp} °C, {power})"
+
+
+def method_note(meta):
+    m = meta.get("method")
+    warm = f", {meta['warmup_s']:g} s of warm-up" if "warmup_s" in meta else ""
+    return f" Method: {m}{warm}." if m else ""
+
+
 def table(meta, rows):
     policy, delta, shapes = collect(meta, rows)
     out = []
     p = out.append
     p(f"Attention sweep: ours = fused + {policy} shift + {delta} δ (the default); cure = {delta} vs rounded δ "
       f"({policy} shift), time of forward + backward (forward / backward). TFLOP/s: forward 4·B·H·T²·D (halved when "
-      f"causal), backward 2.5x. * = one of the four benchmark shapes. {meta.get('device') or 'device not recorded'}, commit "
-      f"{meta.get('commit', '?')[:12]}.{rounds_note(shapes)}")
+      f"causal), backward 2.5x. * = one of the four benchmark shapes. {device_note(meta)}, commit "
+      f"{meta.get('commit', '?')[:12]}.{rounds_note(shapes)}{method_note(meta)}")
     p("")
     p("| B,H,T,D | mask | B·H | ours fwd | ours bwd | cuDNN fwd | cuDNN bwd | FA2 fwd | FA2 bwd | fwd/cuDNN | bwd/cuDNN "
       "| fwd/FA2 | bwd/FA2 | rounded δ fwd | rounded δ bwd | cure fwd+bwd (fwd / bwd) | check |")

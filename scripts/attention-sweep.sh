@@ -12,10 +12,12 @@
 # command line, parsed by its main(), once per shape in that process: a process per shape would
 # spend seconds each importing PyTorch). From the packed binaries (scripts/device-check.sh pack).
 #
-#   GPU machine:  scripts/attention-sweep.sh [--quick] [--skip-peers] [--rounds N] [--interleaved]   # or scripts/device-check.sh ... --sweep
+#   GPU machine:  scripts/attention-sweep.sh [--quick] [--skip-peers] [--rounds N] [--interleaved [--graphs]]   # or scripts/device-check.sh ... --sweep
 #   --interleaved: ours (the PyTorch op, the wheel: scripts/build-wheel.sh), cuDNN and FA2 timed in one
 #   process, window by window in turn (scripts/attention-interleaved.py), so that every implementation
 #   of a shape runs in the same power state; no oracle check (the GPU tests check the values)
+#   --graphs (with --interleaved): each implementation's calls timed as CUDA graphs, the GPU's work
+#   without the host's (short sequences are host-bound as eager calls, ours more than SDPA's)
 #   anywhere:     scripts/attention-sweep.sh --estimate                  # the grid and its time estimate, runs nothing
 #   SWEEP_SHAPES="BxHxTxD:causal|full,..." replaces the grid (the four benchmark shapes stay).
 #   --rounds N (default 1): every shape measured N times, round after round (ours, then the peers'
@@ -35,19 +37,21 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
 PEERS=${STABLEFLASH_PEERS:-.peers}
-quick=0 estimate_only=0 peers=1 rounds=1 interleaved=0
+quick=0 estimate_only=0 peers=1 rounds=1 interleaved=0 graphs=
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --estimate) estimate_only=1 ;;
     --skip-peers) peers=0 ;;
     --interleaved) interleaved=1 ;;
+    --graphs) graphs=--graphs ;;
     --rounds) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds: a positive count (got '${2:-}')" >&2; exit 2; }
               rounds=$2; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
   shift
 done
+[ -z "$graphs" ] || [ $interleaved = 1 ] || { echo "--graphs: only with --interleaved" >&2; exit 2; }
 W=$(mktemp -d /tmp/attention-sweep.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 
@@ -144,7 +148,7 @@ if [ $interleaved = 1 ]; then
   for ((round = 1; round <= rounds; ++round)); do
     [ "$rounds" = 1 ] || echo "--- round $round of $rounds"
     timeout $((2 * est_ours / rounds + 60)) env PYTHONUNBUFFERED=1 python3 scripts/attention-interleaved.py --peers "$PEERS" \
-      --shapes "$(cat "$W/ours-shapes.txt")" --policy "$default_policy" --deltas "$deltas" --warmup "$WARM" \
+      --shapes "$(cat "$W/ours-shapes.txt")" --policy "$default_policy" --deltas "$deltas" --warmup "$WARM" $graphs \
       --json "$W/interleaved-round.jsonl" 2> >(tee -a "$W/interleaved.err" >&2) | tee -a "$W/interleaved.txt"
     rc=${PIPESTATUS[0]}
     cat "$W/interleaved-round.jsonl" >>"$W/interleaved-raw.jsonl" 2>/dev/null
@@ -205,13 +209,14 @@ fi
 step "table and plots"
 elapsed=$(( $(date +%s) - start ))
 # one JSONL: a meta line, then every measurement with "impl" (stableflash, cudnn, flash)
-python3 - "$W" "$default_policy" "$default_delta" "$commit" "$est_total" "$elapsed" "$interleaved" "$WARM" <<'EOF' || status=1
+python3 - "$W" "$default_policy" "$default_delta" "$commit" "$est_total" "$elapsed" "$interleaved" "$WARM" "$graphs" <<'EOF' || status=1
 import json, os, sys
-w, policy, delta, commit, est, elapsed, interleaved, warm = sys.argv[1:]
+w, policy, delta, commit, est, elapsed, interleaved, warm, graphs = sys.argv[1:]
 device = open(f"{w}/device.txt").read().strip()
 rows = [{"meta": True, "default_policy": policy, "default_delta_source": delta, "commit": commit, "device": device,
          "estimate_s": float(est), "elapsed_s": float(elapsed), "warmup_s": float(warm),
-         "method": "interleaved in one process (attention-interleaved.py)" if interleaved == "1" else
+         "method": ("interleaved in one process (attention-interleaved.py" + (", CUDA graphs)" if graphs else ", eager calls)"))
+                   if interleaved == "1" else
                    "ours (stableflash bench attention), then the peers (torch_peers.py), one process each"}]
 def lines(f):
     return [json.loads(l) for l in open(f) if l.strip()] if os.path.exists(f) else []
