@@ -6,7 +6,7 @@ different power states: on the H200 every attention shape of some size runs at t
 where the SM clock (1500-1750 MHz under attention, 1980 at most) follows the power average, the
 temperature and what ran the second before (scripts/clock-probe.sh; docs/benchmarks.md, "The power
 state of a measurement"); the same command's ratios moved by up to 5% between two runs. Here every
-implementation of a shape gets the same history: one untimed call each (cuDNN builds its plan),
+implementation of a shape is meant to get the same history (the bias below says where it does not yet): one untimed call each (cuDNN builds its plan),
 --warmup seconds of calls in turn, then --windows rounds in which each implementation runs one
 window of back-to-back calls (>= --window-ms, sized per implementation), the order rotated each
 round. Per implementation and pass: the median window (its per-call time), and the windows

@@ -143,8 +143,8 @@ deltas=$default_delta
 if [ $interleaved = 1 ]; then
   step "benchmark: ours (the PyTorch op) x {$deltas}, cuDNN, FA2, interleaved in one process, $rounds round(s) (estimated ${est_ours} s)"
   target=$(mktemp -d /tmp/stableflash-python.XXXXXX)
-  install_wheel "$BIN" "$target" "$W/install.log" || status=1
   : >"$W/interleaved-raw.jsonl"
+  install_wheel "$BIN" "$target" "$W/install.log" || { status=1; rounds=0; }  # nothing to time without the op
   for ((round = 1; round <= rounds; ++round)); do
     [ "$rounds" = 1 ] || echo "--- round $round of $rounds"
     timeout $((2 * est_ours / rounds + 60)) env PYTHONUNBUFFERED=1 python3 scripts/attention-interleaved.py --peers "$PEERS" \

@@ -16,11 +16,16 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
+PEERS=${STABLEFLASH_PEERS:-.peers}
 OUT=${OUT:-/tmp/stableflash-device}
 SECONDS_WARM=${PROBE_SECONDS:-6}
 mkdir -p "$OUT"
 [ $# -gt 0 ] || set -- 32x16x2048x128:full 8x16x4096x128:causal
 . scripts/device-libs.sh && require_devbin_program "$BIN" stableflash && use_device_libraries "$BIN"
+[ -f "$PEERS/torch_peers.py" ] || { echo "no $PEERS/torch_peers.py (scripts/device-check.sh pack copies it)" >&2; exit 2; }
+# the recommended attention: the trainer's default, from the library's one definition
+policy=$("$BIN"/stableflash train --print-config | sed -n 's/^attention\.default\.policy=//p')
+delta=$("$BIN"/stableflash train --print-config | sed -n 's/^attention\.default\.delta_source=//p')
 trace=$OUT/clock-probe-trace.csv marks=$OUT/clock-probe-marks.txt
 : >"$marks"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
@@ -37,32 +42,24 @@ for shape in "$@"; do
   # ours: forward then backward, each SECONDS_WARM of warm-up and 7 windows of >= 300 ms; the marks
   # bracket the whole run, the summary splits it at the forward's expected end
   mark "ours $shape begin"
-  "$BIN"/stableflash bench attention --shapes "$shape" --numerics fused --policy hashed_offset --delta-source compensated \
+  "$BIN"/stableflash bench attention --shapes "$shape" --numerics fused --policy "${policy:?}" --delta-source "${delta:?}" \
     --warmup "$SECONDS_WARM" --windows 7 --min-window-ms 300 --no-check >"$OUT/clock-probe-ours.txt" 2>&1 ||
     { echo "ours failed at $shape" >&2; cat "$OUT/clock-probe-ours.txt" >&2; status=1; }
   mark "ours $shape end $(grep -E '^[0-9]+,' "$OUT/clock-probe-ours.txt" | awk '{print $6, $8}')"
   sleep 3
-  python3 - "$B" "$H" "$T" "$D" "$mask" "$SECONDS_WARM" "$marks" <<'EOF' || { echo "cuDNN failed at $shape" >&2; status=1; }
-import sys, time, torch, torch.nn.functional as F
+  python3 - "$B" "$H" "$T" "$D" "$mask" "$SECONDS_WARM" "$marks" "$PEERS" <<'EOF' || { echo "cuDNN failed at $shape" >&2; status=1; }
+import os, sys, time, torch, torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel, SDPBackend
 B, H, T, D = map(int, sys.argv[1:5]); causal = sys.argv[5] == "causal"; warm = float(sys.argv[6]); marks = sys.argv[7]
+sys.path[:0] = [sys.argv[8], os.path.join(os.getcwd(), "scripts")]
+from torch_peers import per_call_ms  # the peer's timing, behind peer_timing's untimed first call
+from peer_timing import steady
 shape = f"{B}x{H}x{T}x{D}:{sys.argv[5]}"
 q, k, v = (torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
 do = torch.randn(B, H, T, D, device="cuda", dtype=torch.bfloat16)
 def mark(s):
     with open(marks, "a") as f: f.write(f"{time.time():.6f} cudnn {shape} {s}\n")
-def timed(fn):  # as torch_peers.per_call_ms: synchronous warm-up, then 7 windows, the median
-    t0 = time.time()
-    while time.time() - t0 < warm: fn(); torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record(); fn(); b.record(); torch.cuda.synchronize()
-    calls = max(1, int(300 / max(a.elapsed_time(b), 1e-3)) + 1)
-    res = []
-    for _ in range(7):
-        a.record()
-        for _ in range(calls): fn()
-        b.record(); torch.cuda.synchronize(); res.append(a.elapsed_time(b) / calls)
-    return sorted(res)[3]
+timed = lambda fn: steady(per_call_ms, warm)(fn, min_window_ms=300.0)  # ours: 7 windows of >= 300 ms too
 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
     def fwd():
         with torch.no_grad(): F.scaled_dot_product_attention(q, k, v, is_causal=causal)
