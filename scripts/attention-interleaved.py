@@ -6,19 +6,23 @@ different power states: on the H200 every attention shape of some size runs at t
 where the SM clock (1500-1750 MHz under attention, 1980 at most) follows the power average, the
 temperature and what ran the second before (scripts/clock-probe.sh; docs/benchmarks.md, "The power
 state of a measurement"); the same command's ratios moved by up to 5% between two runs. Here every
-implementation of a shape is meant to get the same history (the bias below says where it does not yet): one untimed call each (cuDNN builds its plan),
---warmup seconds of calls in turn, then --windows rounds in which each implementation runs one
-window of back-to-back calls (>= --window-ms, sized per implementation), the order rotated each
-round. Per implementation and pass: the median window (its per-call time), and the windows
-themselves in the JSON, so a reader can see the spread.
+implementation of a shape gets the same history: one untimed call each (cuDNN builds its plan),
+--warmup seconds of calls in turn, then windows of back-to-back calls (>= --window-ms) in an order in
+which every implementation follows every implementation, itself included, equally often
+(scripts/balanced_order.py), --windows of each (rounded up to whole cycles). Per implementation and
+pass: the median window (its per-call time), and the windows themselves in the JSON, in the order
+they ran, so a reader can see the spread.
 
-KNOWN BIAS (measured 2026-12-03, not yet fixed): the rotation keeps the cyclic order fixed, so each
-implementation always follows the same one, and the window before sets the power state of the next:
-ours/rounded's windows that followed FA2 (a lower-power kernel) ran 6-10% faster than its others,
-ours/compensated (which follows FA2 in most rounds) read 3-8% faster than ours/rounded at long
-shapes where the C++ bench has them within 1%. Ratios from this script favour whichever follows
-FA2 until the order is balanced (a Williams design) and each timed window follows an untimed
-settling window of its own implementation.
+What this measures: at the power cap the SM clock follows the power drawn over about the last
+second, and ours draws more than cuDNN (~690 W against ~530 W at 16x12x1024x64: scripts/clock-probe.sh).
+With short windows in a balanced order every implementation runs in the same mixture's power state,
+as kernels do inside a training step: the ratio is the kernels' at equal clocks. It is not each
+kernel's speed alone at steady load (the C++ bench beside peer_timing.py: each implementation
+sustained for a second first), where ours runs at a lower clock than cuDNN. Measured 2026-12-04
+(docs/benchmarks.md, "The power state of a measurement"): a fixed cyclic order favoured whatever
+followed FA2 by up to 6%; an untimed settling window of 150 ms before each timed one (--settle-ms)
+left ours' windows varying by +-6% with how much of the preceding second was ours, while cuDNN's and
+FA2's stayed within 1%.
 
 Ours runs through the PyTorch op (stableflash.torch.attention, the wheel of scripts/build-wheel.sh),
 the peers through F.scaled_dot_product_attention under torch_peers.py's backend table, all on the same
@@ -37,7 +41,8 @@ step sees it.
 
   PYTHONPATH=<wheel target> python3 scripts/attention-interleaved.py --peers .peers \\
       --shapes 32x16x2048x128:full,16x12x1024x64:causal [--deltas compensated,rounded] [--policy standard] \\
-      [--backends cudnn,flash] [--warmup 1.0] [--windows 7] [--window-ms 40] [--graphs] [--json OUT.jsonl]
+      [--backends cudnn,flash] [--warmup 1.0] [--windows 12] [--window-ms 30] [--settle-ms 0] [--graphs] \\
+      [--json OUT.jsonl]
 
 Prints a line per shape; --json gets one object per implementation and shape, in the records of
 scripts/attention-sweep.sh ("impl": stableflash | cudnn | flash, fwd/bwd ms and TFLOP/s).
@@ -47,6 +52,8 @@ import argparse, json, math, os, re, sys, time
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
+
+from balanced_order import cycles_for, pair_balanced_sequence  # scripts/balanced_order.py
 
 
 def parse_shapes(text):
@@ -60,8 +67,11 @@ def parse_shapes(text):
     return shapes
 
 
-def interleaved(fns, warmup_s, windows, window_ms):
-    """fns: name -> call. Per name, the per-call ms of each of its windows (one per round)."""
+def interleaved(fns, warmup_s, windows, window_ms, settle_ms):
+    """fns: name -> call. Per name, the per-call ms of each of its timed windows, in the order of
+    pair_balanced_sequence: every implementation's windows follow every implementation (itself
+    included) equally often, so each starts from the same mix of power states. --settle-ms > 0
+    puts an untimed window of the same implementation before each timed one."""
     for f in fns.values():  # first calls untimed: plans, module loads, allocations
         f()
     torch.cuda.synchronize()
@@ -70,20 +80,30 @@ def interleaved(fns, warmup_s, windows, window_ms):
         for f in fns.values():
             f()
         torch.cuda.synchronize()
-    calls = {}
-    for name, f in fns.items():  # a window of each lasts >= window_ms
+    calls, settle = {}, {}
+    for name, f in fns.items():  # a window of each lasts >= window_ms, a settling window >= settle_ms
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record(); f(); b.record(); b.synchronize()
-        calls[name] = max(1, math.ceil(window_ms / max(a.elapsed_time(b), 1e-3)))
+        call_ms = max(a.elapsed_time(b), 1e-3)
+        calls[name] = max(1, math.ceil(window_ms / call_ms))
+        settle[name] = math.ceil(settle_ms / call_ms) if settle_ms > 0 else 0
+
+    def window(name):
+        for _ in range(settle[name]):  # untimed: the GPU settles into this implementation's state
+            fns[name]()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(calls[name]):
+            fns[name]()
+        b.record(); b.synchronize()
+        return a.elapsed_time(b) / calls[name]
+
     names, res = list(fns), {name: [] for name in fns}
-    for w in range(windows):
-        for name in names[w % len(names):] + names[:w % len(names)]:  # the order rotates round by round
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(calls[name]):
-                fns[name]()
-            b.record(); b.synchronize()
-            res[name].append(a.elapsed_time(b) / calls[name])
+    seq = [names[i] for i in pair_balanced_sequence(len(names))]
+    window(seq[-1])  # untimed: the sequence is cyclic, its first window follows its last
+    for _ in range(cycles_for(windows, len(names))):
+        for name in seq:
+            res[name].append(window(name))
     return res
 
 
@@ -129,11 +149,11 @@ def timed_graphs(forwards, inputs, d_o, a):
     """Per implementation the per-call ms of each window, forward and backward, from CUDA graphs
     (graphed) replayed in rotating turn (interleaved)."""
     fwd_replays, fwd_n = graphed(forwards, per_graph_ms=a.window_ms / 4)
-    fwd_windows = interleaved(fwd_replays, a.warmup, a.windows, a.window_ms)
+    fwd_windows = interleaved(fwd_replays, a.warmup, a.windows, a.window_ms, a.settle_ms)
     fwd = {name: [w / fwd_n[name] for w in ws] for name, ws in fwd_windows.items()}
     grad = lambda o: torch.autograd.grad(o, inputs, d_o, retain_graph=True)
     bwd_replays, bwd_n = graphed({name: grad for name in forwards}, backward_of=forwards, per_graph_ms=a.window_ms / 4)
-    bwd_windows = interleaved(bwd_replays, a.warmup, a.windows, a.window_ms)
+    bwd_windows = interleaved(bwd_replays, a.warmup, a.windows, a.window_ms, a.settle_ms)
     bwd = {name: [(w - median(fwd[name])) / bwd_n[name] for w in ws] for name, ws in bwd_windows.items()}
     return fwd, bwd
 
@@ -146,14 +166,15 @@ def main():
     ap.add_argument("--deltas", default=None, help="our δ sources, comma-separated (default: the default's)")
     ap.add_argument("--backends", default="cudnn,flash", help="SDPA backends (torch_peers.py's names)")
     ap.add_argument("--warmup", type=float, default=1.0)
-    ap.add_argument("--windows", type=int, default=7)
-    ap.add_argument("--window-ms", type=float, default=40.0)
+    ap.add_argument("--windows", type=int, default=12, help="timed windows per implementation (rounded up to whole cycles)")
+    ap.add_argument("--window-ms", type=float, default=30.0, help="a timed window lasts at least this")
+    ap.add_argument("--settle-ms", type=float, default=0.0, help="an untimed window of the same implementation before each timed one (0: none)")
     ap.add_argument("--graphs", action="store_true", help="time CUDA graphs of the calls: the GPU's work without the host's")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json")
     a = ap.parse_args()
-    if a.windows < 1 or a.window_ms <= 0 or a.warmup < 0:
-        sys.exit("--windows >= 1, --window-ms > 0, --warmup >= 0")
+    if a.windows < 1 or a.window_ms <= 0 or a.warmup < 0 or a.settle_ms < 0:
+        sys.exit("--windows >= 1, --window-ms > 0, --warmup >= 0, --settle-ms >= 0")
     sys.path.insert(0, a.peers)
     from torch_peers import BACKENDS, backend_list  # the peer's backend table
     import stableflash.torch as sft
@@ -162,9 +183,12 @@ def main():
     deltas = (a.deltas or sft.DEFAULTS["delta_source"]).split(",")
     backends = backend_list(a.backends)
     device = torch.cuda.get_device_name()
-    method = (f"interleaved in one process: untimed first calls, {a.warmup:g} s of warm-up in turn, median of {a.windows} "
-              f"windows (>= {a.window_ms:g} ms) taken in rotating turn; training forward"
-              + ("; CUDA graphs of n calls (the GPU's work, no host time)" if a.graphs else "; eager calls"))
+    n_impl = len(deltas) + len(backends)
+    windows = n_impl * cycles_for(a.windows, n_impl)
+    method = (f"interleaved in one process: untimed first calls, {a.warmup:g} s of warm-up in turn, median of {windows} "
+              f"windows (>= {a.window_ms:g} ms) each, every implementation after every one equally often"
+              + (f", each after an untimed {a.settle_ms:g} ms window of its own" if a.settle_ms > 0 else "")
+              + "; training forward" + ("; CUDA graphs of n calls (the GPU's work, no host time)" if a.graphs else "; eager calls"))
     out = open(a.json, "w") if a.json else None
     torch.manual_seed(a.seed)
     for b, h, t, d, causal in parse_shapes(a.shapes):
@@ -188,10 +212,10 @@ def main():
             if a.graphs:
                 fwd, bwd = timed_graphs(forwards, (q, k, v), d_o, a)
             else:
-                fwd = interleaved(forwards, a.warmup, a.windows, a.window_ms)
+                fwd = interleaved(forwards, a.warmup, a.windows, a.window_ms, a.settle_ms)
                 outputs = {n: f() for n, f in forwards.items()}  # the graphs the backward walks, retained
                 backwards = {n: (lambda o=o: torch.autograd.grad(o, (q, k, v), d_o, retain_graph=True)) for n, o in outputs.items()}
-                bwd = interleaved(backwards, a.warmup, a.windows, a.window_ms)
+                bwd = interleaved(backwards, a.warmup, a.windows, a.window_ms, a.settle_ms)
         except RuntimeError as e:  # a backend may refuse a shape (or a capture): say so, go on
             print(f"{line}  error: {str(e)[:200]}", file=sys.stderr)
             continue

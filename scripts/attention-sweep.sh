@@ -14,8 +14,9 @@
 #
 #   GPU machine:  scripts/attention-sweep.sh [--quick] [--skip-peers] [--rounds N] [--interleaved [--graphs]]   # or scripts/device-check.sh ... --sweep
 #   --interleaved: ours (the PyTorch op, the wheel: scripts/build-wheel.sh), cuDNN and FA2 timed in one
-#   process, window by window in turn (scripts/attention-interleaved.py), so that every implementation
-#   of a shape runs in the same power state; no oracle check (the GPU tests check the values)
+#   process, window by window in turn (scripts/attention-interleaved.py: every implementation after every
+#   one, itself included, equally often), so that every implementation of a shape is timed in the same
+#   mixture's power state (equal clocks); no oracle check (the GPU tests check the values)
 #   --graphs (with --interleaved): each implementation's calls timed as CUDA graphs, the GPU's work
 #   without the host's (short sequences are host-bound as eager calls, ours more than SDPA's)
 #   anywhere:     scripts/attention-sweep.sh --estimate                  # the grid and its time estimate, runs nothing
@@ -94,11 +95,11 @@ def impl_s(name, s):
     return phase_s(f / rf / 1e12) + phase_s(2.5 * f / rb / 1e12) + (0.6 if name == "cudnn" else 0.05)
 ours = rounds * (sum(2 * impl_s("ours", s) for s in shapes) + 8 * 0.5 + 2)  # 2 δ sources; 8 oracle checks; start
 peer = (rounds * sum(impl_s("cudnn", s) + impl_s("flash", s) for s in shapes) + 8) if peers else 0.0  # start: import torch
-if interleaved:  # one process: per shape and pass the first calls, the warm-up, 7 rounds of 4 windows >= 40 ms
+if interleaved:  # one process: per shape and pass the first calls, the warm-up, 12 windows >= 30 ms of each
     def inter_s(s):
         calls = [flop(*s) / RATES[n][0] / 1e12 for n in ("ours", "ours", "cudnn", "flash")]
         calls += [2.5 * flop(*s) / RATES[n][1] / 1e12 for n in ("ours", "ours", "cudnn", "flash")]
-        return 2 * warm + sum(2 * c + 7 * max(0.04, c) for c in calls) + 0.6
+        return 2 * warm + sum(2 * c + 13 * max(0.03, c) for c in calls) + 1.0
     ours, peer = rounds * sum(inter_s(s) for s in shapes) + 10, 0.0
 with open(f"{w}/ours-shapes.txt", "w") as f:
     f.write(",".join(f"{b}x{h}x{t}x{d}:{'causal' if c else 'full'}" for b, h, t, d, c in shapes) + "\n")
