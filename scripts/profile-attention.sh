@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Per-instruction profile of our attention forward beside cuDNN's on the GPU machine: Nsight Compute's
+# Per-instruction profile of our attention forward (or backward) beside cuDNN's on the GPU machine: Nsight Compute's
 # warp-state and source counters (stall samples per SASS instruction) for one launch of each, then
 # scripts/stall_table.py's side-by-side table (instructions per step by opcode, stall reasons, the
 # opcodes that wait and on what, the key loop against the rest of the kernel). How the tenth and
@@ -8,6 +8,9 @@
 #
 #   GPU machine:  scripts/profile-attention.sh [BxHxTxD:causal|full]     # default 2x16x8192x128:full
 #   PROFILE_POLICY (default hashed_offset) and PROFILE_DELTA (default compensated) set our options;
+#   PROFILE_PASS=backward profiles the backward's main kernels instead (ours: attention_backward_wgmma,
+#   cuDNN's: its bprop kernel), the work counted as the forward's scores (each of the five products
+#   walks them once);
 #   STABLEFLASH_DEVBIN the packed binaries (default build-cuda/devbin, `scripts/device-check.sh pack`).
 #
 # Output: the table on stdout and in $OUT/profile-attention.md, the reports ($OUT/profile-{ours,cudnn}.ncu-rep)
@@ -24,24 +27,31 @@ mkdir -p "$OUT"
 . scripts/device-libs.sh && require_devbin_program "$BIN" stableflash && use_device_libraries "$BIN"
 command -v ncu >/dev/null || { echo "ncu (Nsight Compute) is not on PATH" >&2; exit 2; }
 
-sections=(--section WarpStateStats --section SourceCounters --section InstructionStats)
+pass=${PROFILE_PASS:-forward}
+case $pass in
+  forward) ours_kernel=attention_forward cudnn_kernel=fprop ;;
+  backward) ours_kernel=attention_backward_wgmma cudnn_kernel=bprop ;;
+  *) echo "PROFILE_PASS: forward or backward (got '$pass')" >&2; exit 2 ;;
+esac
+sections=(--section WarpStateStats --section SourceCounters --section InstructionStats --section SpeedOfLight --section LaunchStats)
 status=0
-# Ours: the warp-specialized or one-warpgroup forward, whichever the plan runs (launches 1-2 are the
-# bench's warm-up).
-ncu --kernel-name regex:"attention_forward" --launch-skip 2 --launch-count 1 "${sections[@]}" -f -o "$OUT/profile-ours" \
+# Ours: the kernel the plan runs (launches 1-2 are the bench's warm-up).
+ncu --kernel-name regex:"$ours_kernel" --launch-skip 2 --launch-count 1 "${sections[@]}" -f -o "$OUT/profile-ours" \
   "$BIN"/stableflash bench attention --shapes "$shape" --numerics fused --policy "${PROFILE_POLICY:-hashed_offset}" \
   --delta-source "${PROFILE_DELTA:-compensated}" --windows 1 --no-check >"$OUT/profile-ours.log" 2>&1 ||
   { echo "ncu of ours failed ($OUT/profile-ours.log)"; status=1; }
-# cuDNN through PyTorch's SDPA, forward only
+# cuDNN through PyTorch's SDPA (forward, or forward and backward)
 python_cudnn="
 import torch, torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel, SDPBackend
-q, k, v = (torch.randn($B, $H, $T, $D, device='cuda', dtype=torch.bfloat16) for _ in range(3))
+q, k, v = (torch.randn($B, $H, $T, $D, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-    for _ in range(4): F.scaled_dot_product_attention(q, k, v, is_causal=$([ "$mask" = causal ] && echo True || echo False))
+    for _ in range(4):
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=$([ "$mask" = causal ] && echo True || echo False))
+        if '$pass' == 'backward': o.backward(torch.randn_like(o))
 torch.cuda.synchronize()
 "
-ncu --kernel-name regex:"fprop" --launch-skip 2 --launch-count 1 "${sections[@]}" -f -o "$OUT/profile-cudnn" \
+ncu --kernel-name regex:"$cudnn_kernel" --launch-skip 2 --launch-count 1 "${sections[@]}" -f -o "$OUT/profile-cudnn" \
   python3 -c "$python_cudnn" >"$OUT/profile-cudnn.log" 2>&1 || { echo "ncu of cuDNN failed ($OUT/profile-cudnn.log)"; status=1; }
 
 for r in ours cudnn; do
@@ -51,11 +61,16 @@ for r in ours cudnn; do
 done
 if [ -s "$OUT/profile-ours.csv" ] && [ -s "$OUT/profile-cudnn.csv" ]; then
   {
-    echo "Forward at $shape, ours (${PROFILE_POLICY:-hashed_offset} + ${PROFILE_DELTA:-compensated}) and cuDNN, one launch each under ncu"
+    echo "$pass at $shape, ours (${PROFILE_POLICY:-hashed_offset} + ${PROFILE_DELTA:-compensated}) and cuDNN, one launch each under ncu"
     echo
     # the work in warp-steps (a warp's 16 rows by 128 keys: 2,048 scores), causal counting visible keys only
     steps=$(python3 -c "b,h,t=$B,$H,$T; print(b*h*(t*(t+1)//2 if '$mask'=='causal' else t*t)/2048)")
     python3 scripts/stall_table.py "$OUT/profile-ours.csv" "$OUT/profile-cudnn.csv" --names ours,cudnn --warp-steps "$steps"
   } | tee "$OUT/profile-attention.md" || status=1
+  for r in ours cudnn; do  # duration, throughput, launch: the details page's summary lines
+    echo; echo "== $r"
+    ncu --import "$OUT/profile-$r.ncu-rep" --page details 2>/dev/null |
+      grep -E "Duration|SM Frequency|Memory Throughput|Compute \(SM\)|Registers|Grid Size|Block Size|Shared Memory Config|Waves" 
+  done | tee -a "$OUT/profile-attention.md"
 fi
 exit $status

@@ -91,23 +91,41 @@ __device__ __forceinline__ void probs_and_dscores(const BackwardParams& p, const
 // dK = BF16(acc * scale) (fused applies the scale to the FP32 product; paper's dS has it) and
 // dV = BF16(acc) of a warp's 16 keys: this thread's keys `key` and key + 8, columns nd * 8 + 2t,
 // + 1 (mma.sync C fragments, which the wgmma accumulators repeat), at query head h (BackwardParams:
-// with grouped-query heads p.dk, p.dv are the per-query-head workspace). Keys past Tk are not stored.
+// with grouped-query heads p.dk, p.dv are the per-query-head workspace). The BF16 pairs of four
+// fragments are exchanged within each quad (quad_transpose_step), so that lane t stores columns
+// (4G + t) * 8 .. + 7 of its row whole: a quarter of the store instructions of one pair each,
+// which at short rows queued on the load/store unit (stall_lg: docs/benchmarks.md, kernel history,
+// "Backward"). Keys past Tk are not stored; every lane takes part in the exchanges (shuffles).
 template <bool kPaper, int DT>
 __device__ __forceinline__ void store_dk_dv(const BackwardParams& p, int b, int h, int key, int t, const float (&acc_dk)[DT][4],
                                             const float (&acc_dv)[DT][4]) {
+  static_assert(DT % 4 == 0, "groups of four 8-column fragments");
   const float dk_scale = kPaper ? 1.0f : p.scale;
   std::uint16_t* dk_head = p.dk + p.dk_strides.head(b, h);
   std::uint16_t* dv_head = p.dv + p.dv_strides.head(b, h);
+  const auto rows16 = [](const std::uint16_t* head, std::int64_t stride_t) {
+    return reinterpret_cast<std::uintptr_t>(head) % 16 == 0 && stride_t % 8 == 0;
+  };
+  const bool dk16 = rows16(dk_head, p.dk_strides.t), dv16 = rows16(dv_head, p.dv_strides.t);
+  // one fragment group of one output at a time: four pairs in, four out (the epilogue's registers
+  // beside the two accumulators)
+  const auto store_group = [&](std::uint16_t* head, std::int64_t stride_t, bool store16, int k, int G, auto&& pair_of) {
+    std::uint32_t w[4], out[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) w[s] = pair_of(4 * G + s);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) quad_transpose_step(w, out, t, i);
+    if (k < p.k_len) store_row8(head + k * stride_t + (4 * G + t) * 8, out, store16);  // the quad's row: all four lanes alike
+  };
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int k = key + 8 * hf;
-    if (k >= p.k_len) continue;
 #pragma unroll
-    for (int nd = 0; nd < DT; ++nd) {
-      const int d = nd * 8 + 2 * t;
-      *reinterpret_cast<std::uint32_t*>(dk_head + k * p.dk_strides.t + d) =
-          pack_bf16x2(mul_rn(acc_dk[nd][2 * hf], dk_scale), mul_rn(acc_dk[nd][2 * hf + 1], dk_scale));
-      *reinterpret_cast<std::uint32_t*>(dv_head + k * p.dv_strides.t + d) = pack_bf16x2(acc_dv[nd][2 * hf], acc_dv[nd][2 * hf + 1]);
+    for (int G = 0; G < DT / 4; ++G) {
+      store_group(dk_head, p.dk_strides.t, dk16, k, G, [&](int nd) {
+        return pack_bf16x2(mul_rn(acc_dk[nd][2 * hf], dk_scale), mul_rn(acc_dk[nd][2 * hf + 1], dk_scale));
+      });
+      store_group(dv_head, p.dv_strides.t, dv16, k, G, [&](int nd) { return pack_bf16x2(acc_dv[nd][2 * hf], acc_dv[nd][2 * hf + 1]); });
     }
   }
 }

@@ -88,17 +88,6 @@ __global__ void __launch_bounds__(kDeltaThreads) delta_from_output_kernel(const 
   }
 }
 
-// One step of a transpose within each quad of lanes (t = lane % 4): the lane sends its w[t ^ i] and
-// receives the partner's (lane ^ i) value for its own slot t, which it keeps in out[t ^ i]. Selects
-// instead of indexing by the run-time t keep the arrays in registers.
-__device__ __forceinline__ void quad_transpose_step(const std::uint32_t (&w)[4], std::uint32_t (&out)[4], int t, int i) {
-  const int k = t ^ i;
-  const std::uint32_t send = k == 0 ? w[0] : k == 1 ? w[1] : k == 2 ? w[2] : w[3];
-  const std::uint32_t got = i == 0 ? send : __shfl_xor_sync(0xffffffffu, send, i);
-#pragma unroll
-  for (int s = 0; s < 4; ++s) out[s] = s == k ? got : out[s];
-}
-
 // dQ = BF16(acc * scale) (fused: the scale multiplies the FP32 product; paper's dS carries it), from
 // the wgmma kernel's fragment-ordered workspace (DqFragmentOrder). A CTA converts one [64 queries,
 // 64 dims] tile, warp w its queries 16 w .. 16 w + 15: eight coalesced 512-byte loads (one per dim
@@ -141,12 +130,7 @@ __global__ void __launch_bounds__(kDqConvertThreads) dq_convert_fragments_kernel
       for (int i = 0; i < 4; ++i) quad_transpose_step(w, out, t, i);  // out[s] = dims 2s, 2s + 1 of group 4 half + t
       if (row >= p.q_len) continue;
       std::uint16_t* dst = dq_head + row * p.dq_strides.t + dim_tile * 64 + (4 * half + t) * 8;
-      if (store16) {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
-      } else {
-        *reinterpret_cast<uint2*>(dst) = make_uint2(out[0], out[1]);
-        *reinterpret_cast<uint2*>(dst + 4) = make_uint2(out[2], out[3]);
-      }
+      store_row8(dst, out, store16 != 0);
     }
   }
 }

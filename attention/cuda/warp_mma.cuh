@@ -23,6 +23,30 @@
 
 namespace stableflash::attention::cuda {
 
+// One step of a transpose within each quad of lanes (t = lane % 4): the lane sends its w[t ^ i] and
+// receives the partner's (lane ^ i) value for its own slot t, which it keeps in out[t ^ i]. The four
+// steps i = 0..3 transpose the quad's 4 x 4 block of b32 values: C-fragment pairs of four 8-column
+// tiles become 16 contiguous bytes of a row per lane. Selects instead of indexing by the run-time t
+// keep the arrays in registers.
+__device__ __forceinline__ void quad_transpose_step(const std::uint32_t (&w)[4], std::uint32_t (&out)[4], int t, int i) {
+  const int k = t ^ i;
+  const std::uint32_t send = k == 0 ? w[0] : k == 1 ? w[1] : k == 2 ? w[2] : w[3];
+  const std::uint32_t got = i == 0 ? send : __shfl_xor_sync(0xffffffffu, send, i);
+#pragma unroll
+  for (int s = 0; s < 4; ++s) out[s] = s == k ? got : out[s];
+}
+
+// A row's 8 BF16 values (4 pairs, columns c .. c + 7) at dst: one 16-byte store where the row is
+// 16-byte aligned, else two 8-byte ones (dk, dv, dq rows need only 8: docs/cuda-kernels.md).
+__device__ __forceinline__ void store_row8(std::uint16_t* dst, const std::uint32_t (&pairs)[4], bool store16) {
+  if (store16) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+  } else {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(pairs[0], pairs[1]);
+    *reinterpret_cast<uint2*>(dst + 4) = make_uint2(pairs[2], pairs[3]);
+  }
+}
+
 __device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
   cute::SM80_16x8x16_F32BF16BF16F32_TN::fma(c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b0, b1,
                                             c[0], c[1], c[2], c[3]);

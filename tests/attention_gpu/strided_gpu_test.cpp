@@ -14,6 +14,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../attention/strided_arrangements.hpp"
@@ -174,44 +175,50 @@ TEST(StridedGpu, OutputRowsWithoutBulkStoreAlignmentGetTheSameBits) {
   EXPECT_TRUE(same_bits(lse.download(), packed.lse));
 }
 
-// dq rows 8- but not 16-byte aligned (4 elements into the buffer, rows of D + 4): the dQ conversion
-// stores 8 bytes at a time instead of 16; dQ has the packed run's bits (deterministic, so dQ is
-// reproducible), and no element between the rows is written.
+// dq, dk and dv rows 8- but not 16-byte aligned (4 elements into their buffers, rows of D + 4): the
+// dQ conversion and the main kernel's dK, dV epilogue store 8 bytes at a time instead of 16; the
+// gradients have the packed run's bits (deterministic, so dQ is reproducible), and no element
+// between the rows is written.
 TEST(StridedGpu, GradientRowsWithout16ByteAlignmentGetTheSameBits) {
   SF_REQUIRE_GPU();
   for (const int d : {64, 128}) {
-    const AttentionShape s{2, 3, 150, 150, d};
+    const AttentionShape s{2, 3, 150, 150, d};  // Tq = Tk: dq, dk, dv share the padded layout
     const Inputs in = random_inputs(s, Layout::bhtd, 5400 + d);
     AttentionOptions opt;
     opt.numerics = Numerics::fused, opt.causal = true, opt.deterministic = true;
     opt.delta_source = DeltaSource::compensated;
     const Outputs packed = run_gpu(in, opt, /*backward=*/true);
     opt.device = Device::cuda;
-    const std::int64_t P = d + 4, offset = 4;  // [B, H, Tq, D + 4] from element 4: 8-byte aligned rows
-    const HeadStrides qs{std::int64_t(s.heads) * s.q_len * P, std::int64_t(s.q_len) * P, P};
-    const std::size_t nq = in.q.size(), nk = in.k.size(), n = std::size_t(offset + std::int64_t(s.rows()) * P);
+    const std::int64_t P = d + 4, offset = 4;  // [B, H, T, D + 4] from element 4: 8-byte aligned rows
+    const HeadStrides padded{std::int64_t(s.heads) * s.q_len * P, std::int64_t(s.q_len) * P, P};
+    const std::size_t n = std::size_t(offset + std::int64_t(s.rows()) * P);
     const BackwardInputsOnDevice dev(in, packed);
-    GuardedBuffer<bf16> dq(n), dk(nk), dv(nk);
+    GuardedBuffer<bf16> dq(n), dk(n), dv(n);
     GuardedBuffer<float> delta(packed.lse.size());
     BackwardArgs ba = dev.args();
-    ba.dq = dq.get() + offset, ba.dk = dk.get(), ba.dv = dv.get(), ba.delta = delta.get();
-    ba.strides.dq = qs;
+    ba.dq = dq.get() + offset, ba.dk = dk.get() + offset, ba.dv = dv.get() + offset, ba.delta = delta.get();
+    ba.strides.dq = ba.strides.dk = ba.strides.dv = padded;
     attention_backward(ba, opt);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_TRUE(dq.intact(false) && dk.intact(true) && dv.intact(true)) << "D " << d;
-    const std::vector<bf16> dq_all = dq.download();
-    std::vector<bf16> dq_packed(nq);
-    std::size_t at = 0, outside = 0;
-    for (int b = 0; b < s.batch; ++b)
-      for (int h = 0; h < s.heads; ++h)
-        for (int t = 0; t < s.q_len; ++t) {
-          for (int e = 0; e < d; ++e, ++at) dq_packed[at] = dq_all[std::size_t(offset + qs.at(b, h, t) + e)];
-          for (int e = d; e < P; ++e) outside += dq_all[std::size_t(offset + qs.at(b, h, t) + e)].bits != 0xffa5;  // poison
-        }
-    EXPECT_TRUE(same_bits(dq_packed, packed.dq)) << "D " << d;
-    EXPECT_EQ(outside, 0u) << "D " << d << ": elements between dq's rows written";
-    EXPECT_TRUE(same_bits(dk.download(), packed.dk)) << "D " << d;
-    EXPECT_TRUE(same_bits(dv.download(), packed.dv)) << "D " << d;
+    EXPECT_TRUE(dq.intact(false) && dk.intact(false) && dv.intact(false)) << "D " << d;
+    // the rows packed again, and the elements between them that were written (still poison: none)
+    const auto unpadded = [&](const GuardedBuffer<bf16>& buffer, std::size_t& outside) {
+      const std::vector<bf16> all = buffer.download();
+      std::vector<bf16> rows;
+      for (int b = 0; b < s.batch; ++b)
+        for (int h = 0; h < s.heads; ++h)
+          for (int t = 0; t < s.q_len; ++t) {
+            for (int e = 0; e < d; ++e) rows.push_back(all[std::size_t(offset + padded.at(b, h, t) + e)]);
+            for (int e = d; e < P; ++e) outside += all[std::size_t(offset + padded.at(b, h, t) + e)].bits != 0xffa5;  // poison
+          }
+      return rows;
+    };
+    for (const auto& [name, buffer, expected] : {std::tuple{"dq", &dq, &packed.dq}, std::tuple{"dk", &dk, &packed.dk},
+                                                 std::tuple{"dv", &dv, &packed.dv}}) {
+      std::size_t outside = 0;
+      EXPECT_TRUE(same_bits(unpadded(*buffer, outside), *expected)) << name << ", D " << d;
+      EXPECT_EQ(outside, 0u) << "D " << d << ": elements between " << name << "'s rows written";
+    }
     EXPECT_TRUE(same_bits(delta.download(), packed.delta)) << "D " << d;
   }
 }
