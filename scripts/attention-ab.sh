@@ -14,7 +14,8 @@
 #   --bits: before the bench, the forward's outputs (o, lse, the residual) of NAME1 and NAME2 compared
 #   byte for byte (`stableflash attention --device cuda` on the same random inputs, D = 64 and 128,
 #   causal and full, the BF16 normalizer once), and the backward's (dq, dk, dv, delta too) in
-#   deterministic mode, both numerics: what a change that claims the same bits must show.
+#   deterministic mode, both numerics (rows of up to 128 keys in the default mode too): what a change
+#   that claims the same bits must show.
 #   AB_SHAPES="BxHxTxD:causal|full,..." replaces the shapes; AB_POLICY (default hashed_offset) and
 #   AB_DELTA (default compensated) the options; --lab also runs scripts/forward-lab.sh on that
 #   variant (FORWARD_LAB_SHAPES, FORWARD_LAB_VARIANTS as there).
@@ -88,7 +89,8 @@ for name, (B, H, T, D) in {"d128": (2, 8, 1000, 128), "d64": (2, 12, 1024, 64), 
     save_file({n: (torch.randn(B, H, T, D, generator=g) * 2).to(torch.bfloat16) for n in ("q", "k", "v")},
               f"{sys.argv[1]}/ab-bits-{name}.safetensors")
 # backward inputs (do beside q, k, v); T not a multiple of the 64-query blocks
-for name, (B, H, T, D) in {"bd128": (2, 4, 1000, 128), "bd64": (2, 6, 777, 64)}.items():
+# (and rows of one key block, bs*: up to 128 keys, where the main kernel stores dQ itself)
+for name, (B, H, T, D) in {"bd128": (2, 4, 1000, 128), "bd64": (2, 6, 777, 64), "bs128": (2, 4, 128, 128), "bs64": (3, 6, 100, 64)}.items():
     save_file({n: (torch.randn(B, H, T, D, generator=g) * (2 if n != "do" else 1)).to(torch.bfloat16) for n in ("q", "k", "v", "do")},
               f"{sys.argv[1]}/ab-bits-{name}.safetensors")
 PY
@@ -115,6 +117,14 @@ PY
   for c in "bd128 causal fused" "bd128 full paper" "bd64 causal paper" "bd64 full fused"; do
     read -r input mask numerics <<<"$c"
     opts=(--numerics "$numerics" --policy standard --delta-source compensated --deterministic)
+    [ "$mask" = causal ] && opts+=(--causal)
+    compare_outputs "backward $c" "$input" "${opts[@]}"
+  done
+  # One key block: a query block's dQ has one CTA's part, so the default mode's bits are
+  # reproducible too; compared in it (the path the trainer takes at T <= 128)
+  for c in "bs128 causal fused" "bs128 full paper" "bs64 causal paper" "bs64 full fused"; do
+    read -r input mask numerics <<<"$c"
+    opts=(--numerics "$numerics" --policy standard --delta-source compensated)
     [ "$mask" = causal ] && opts+=(--causal)
     compare_outputs "backward $c" "$input" "${opts[@]}"
   done

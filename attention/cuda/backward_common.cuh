@@ -88,6 +88,37 @@ __device__ __forceinline__ void probs_and_dscores(const BackwardParams& p, const
   }
 }
 
+// A [64 queries, 64 dims] FP32 dQ part in the wgmma accumulator's order to dq as BF16(value *
+// scale), mul_rn then RN: value(j) is the float4 of dim group j, (x, y) = dims 8j + 2t, + 1 of
+// query 16 warp + g, (z, w) the same dims of query + 8. The BF16 pairs are exchanged within each
+// quad (quad_transpose_step) so that lane t stores dim groups t and t + 4 of its rows whole
+// (store_row8: 16 bytes, or two 8-byte stores where dq's rows are only 8-byte aligned). `part`: the
+// part's first row and dim in dq; rows from `rows_left` on (past Tq) are not stored; every lane
+// takes part in the exchanges. The dQ conversion (backward_delta.cuh) and the main kernel's direct
+// store (one key block: BackwardParams::dq_direct) both write dQ through this.
+template <class Value>
+__device__ __forceinline__ void store_dq_part_rows(std::uint16_t* part, std::int64_t stride_t, int rows_left, float scale, bool store16,
+                                                   int warp, int lane, Value&& value) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {  // query 16 warp + g + 8 hf
+    const int row = warp * 16 + g + 8 * hf;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // dim groups 4 half .. 4 half + 3; this lane keeps 4 half + t
+      std::uint32_t w[4], out[4] = {0, 0, 0, 0};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float4 v = value(4 * half + k);
+        w[k] = hf == 0 ? pack_bf16x2(mul_rn(v.x, scale), mul_rn(v.y, scale)) : pack_bf16x2(mul_rn(v.z, scale), mul_rn(v.w, scale));
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) quad_transpose_step(w, out, t, i);  // out[s] = dims 2s, 2s + 1 of group 4 half + t
+      if (row >= rows_left) continue;
+      store_row8(part + row * stride_t + (4 * half + t) * 8, out, store16);
+    }
+  }
+}
+
 // dK = BF16(acc * scale) (fused applies the scale to the FP32 product; paper's dS has it) and
 // dV = BF16(acc) of a warp's 16 keys: this thread's keys `key` and key + 8, columns nd * 8 + 2t,
 // + 1 (mma.sync C fragments, which the wgmma accumulators repeat), at query head h (BackwardParams:

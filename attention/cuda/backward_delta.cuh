@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backward_common.cuh"
 #include "kernel_params.cuh"
 #include "stableflash/attention/modes.hpp"
 #include "stableflash/attention/rounding_points.hpp"
@@ -92,10 +93,10 @@ __global__ void __launch_bounds__(kDeltaThreads) delta_from_output_kernel(const 
 // the wgmma kernel's fragment-ordered workspace (DqFragmentOrder). A CTA converts one [64 queries,
 // 64 dims] tile, warp w its queries 16 w .. 16 w + 15: eight coalesced 512-byte loads (one per dim
 // group j, this lane's float4 = two dims 8 j + 2 t, + 1 of queries 16 w + g and + 8, all in flight
-// before any use), the BF16 pairs exchanged within each quad so that lane t holds dim groups t and
-// t + 4 whole, then 16-byte stores (8-byte pairs where dq's rows are only 8-byte aligned:
-// `store16`). Each element is mul_rn then RN to BF16, as before (lab/backward_small_v1.cuh).
-// Padding rows past Tq are not stored. blockIdx.x = the tile's index in the workspace
+// before any use), then store_dq_part_rows (backward_common.cuh: the BF16 pairs exchanged within
+// each quad, 16-byte stores, 8-byte pairs where dq's rows are only 8-byte aligned: `store16`). Each element is mul_rn then RN to BF16, as before (lab/backward_small_v1.cuh).
+// Padding rows past Tq are not stored. Not launched where the main kernel stores dq itself
+// (BackwardParams::dq_direct). blockIdx.x = the tile's index in the workspace
 // ((b H + h) blocks + query block) D / 64 + dim tile, < 2^31 (check_tensors checks).
 inline constexpr int kDqConvertThreads = 128;
 template <int D>
@@ -107,32 +108,15 @@ __global__ void __launch_bounds__(kDqConvertThreads) dq_convert_fragments_kernel
   const unsigned block = tile_index / kDimTiles, bh = block / n_blocks;
   const int dim_tile = int(tile_index % kDimTiles), qb = int(block - bh * n_blocks);
   const int hh = int(bh % unsigned(p.heads)), bb = int(bh / unsigned(p.heads));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float4* tile = reinterpret_cast<const float4*>(p.dq_accum) + std::int64_t(tile_index) * (DqFragmentOrder::kTileFloats / 4);
   grid_dependency_wait();  // the main kernel's programmatic dependent: its workspace is complete past this
   float4 a[kGroups];
 #pragma unroll
   for (int j = 0; j < kGroups; ++j) a[j] = __ldcs(tile + j * kDqConvertThreads + threadIdx.x);  // read once
-  std::uint16_t* dq_head = p.dq + p.dq_strides.head(bb, hh);
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {  // query 16 warp + g + 8 hf
-    const int row = qb * DqFragmentOrder::kBlockQ + warp * 16 + g + 8 * hf;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {  // dim groups 4 half .. 4 half + 3; this lane keeps 4 half + t
-      std::uint32_t w[4], out[4] = {0, 0, 0, 0};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float4& v = a[4 * half + k];
-        w[k] = hf == 0 ? pack_bf16x2(mul_rn(v.x, product_scale), mul_rn(v.y, product_scale))
-                       : pack_bf16x2(mul_rn(v.z, product_scale), mul_rn(v.w, product_scale));
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) quad_transpose_step(w, out, t, i);  // out[s] = dims 2s, 2s + 1 of group 4 half + t
-      if (row >= p.q_len) continue;
-      std::uint16_t* dst = dq_head + row * p.dq_strides.t + dim_tile * 64 + (4 * half + t) * 8;
-      store_row8(dst, out, store16 != 0);
-    }
-  }
+  std::uint16_t* part = p.dq + p.dq_strides.head(bb, hh) + std::int64_t(qb) * DqFragmentOrder::kBlockQ * p.dq_strides.t + dim_tile * 64;
+  store_dq_part_rows(part, p.dq_strides.t, p.q_len - qb * DqFragmentOrder::kBlockQ, product_scale, store16 != 0, warp, lane,
+                     [&](int j) { return a[j]; });
 }
 
 }  // namespace stableflash::attention::cuda

@@ -19,6 +19,8 @@
 // shared memory in fragment order and the copy engine adds the 16 KB tile into the FP32 workspace
 // (one bulk reduction, asynchronous: no per-element atomics). Deterministic mode instead has the
 // consumers add the CTA's block in key-block order (turn counters) with plain loads and stores.
+// With one key block per (b, h) (Tk <= 128, BackwardParams::dq_direct) a consumer's part is final:
+// it stores it to dq as BF16 itself (no workspace, no conversion kernel; its own instantiation).
 // The producer warpgroup (24 registers after setmaxnreg, the consumers 240) keeps the copies and
 // the reductions off the consumers' path:
 //   warp 0   one thread issues the copies: K and V once, Q and dO per query block into kSlots
@@ -296,7 +298,30 @@ __device__ __forceinline__ void store_dq_part(std::uint32_t s_dq_group, const fl
                  : "memory");
 }
 
+// One key block (BackwardParams::dq_direct), producer warps 2, 3 (idle otherwise): causal with
+// Tq > Tk, the query blocks before the CTA's first see no key at all (there is one key block), so
+// their dQ is zero, which the workspace's conversion would have written; warp c writes consumer c's
+// dims of them (head dim 64: every other block, as the consumers alternate), eight lanes a row.
 template <class Traits>
+__device__ __forceinline__ void zero_unseen_dq_blocks(const BackwardParams& p, int c, int b, int h, int qb_begin, int lane) {
+  constexpr int BQ = Traits::kBlockQ;
+  constexpr bool kAlternate = Traits::kDqAlternate;
+  std::uint16_t* dq_head = p.dq + p.dq_strides.head(b, h);
+  const bool store16 = reinterpret_cast<std::uintptr_t>(dq_head) % 16 == 0 && p.dq_strides.t % 8 == 0;
+  const std::uint32_t zeros[4] = {0, 0, 0, 0};
+  for (int qb = kAlternate ? c : 0; qb < qb_begin; qb += kAlternate ? 2 : 1)
+    for (int i = 0; i < BQ * 8 / 32; ++i) {
+      const int q = qb * BQ + i * 4 + lane / 8;
+      if (q < p.q_len) store_row8(dq_head + std::int64_t(q) * p.dq_strides.t + (kAlternate ? 0 : c * 64) + (lane % 8) * 8, zeros, store16);
+    }
+}
+
+// kDqDirect: BackwardParams::dq_direct (one key block), a kernel of its own so that the others' code
+// and registers stay as they are (as a run-time branch it moved the head dim 128 kernel's register
+// allocation and added spills inside the walk). Its consumers store dQ to global memory themselves:
+// staged through shared memory for the producer's warps to copy, compute-sanitizer's racecheck
+// reported the named-barrier hand-over between the two (generic reads, unlike the bulk reduction's).
+template <class Traits, bool kDqDirect>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_backward_wgmma_kernel(const __grid_constant__ BackwardParams p) {
   constexpr int D = Traits::kHeadDim, BQ = Traits::kBlockQ, BK = Traits::kBlockK, GK = Traits::kGroupKeys;
@@ -364,6 +389,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     } else if (warp == 1) {
       produce_row_values<Traits>(p, shared, bars, row_base, qb_begin, qb_end, lane);
+    } else if (kDqDirect) {
+      zero_unseen_dq_blocks<Traits>(p, warp - 2, b, h, qb_begin, lane);
     } else if (!p.deterministic) {
       const int c = warp - 2;
       reduce_dq_tiles<Traits>(bars, dq_head, s_dq + c * Traits::kDqTile, c, qb_begin, qb_end, lane);
@@ -387,6 +414,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const std::uint32_t s_dq_group = s_dq + cw * Traits::kDqTile;
   const int key_row = warp * 16;
   const auto consumers_sync = [] { named_barrier_sync(Bars::kConsumers, kConsumerThreads); };
+  // kDqDirect: the dQ part of walk block j is final (one key block), so it goes to dq as BF16 here,
+  // as the conversion would write it: 0 + acc first (the workspace's sum: a -0 part reads +0 there),
+  // then mul_rn by the scale (fused; paper's dS has it) and RN
+  const auto store_dq_direct = [&](int j, const float (&acc_dq)[8][4]) {
+    std::uint16_t* dq_rows = p.dq + p.dq_strides.head(b, h);
+    const bool dq16 = reinterpret_cast<std::uintptr_t>(dq_rows) % 16 == 0 && p.dq_strides.t % 8 == 0;
+    const int q0 = (qb_begin + j) * BQ, dq_tile = kAlternate ? 0 : cw;
+    store_dq_part_rows(dq_rows + std::int64_t(q0) * p.dq_strides.t + dq_tile * 64, p.dq_strides.t, p.q_len - q0, kPaper ? 1.0f : p.scale,
+                       dq16, warp, lane, [&](int k) {
+                         return make_float4(__fadd_rn(acc_dq[k][0], 0.0f), __fadd_rn(acc_dq[k][1], 0.0f), __fadd_rn(acc_dq[k][2], 0.0f),
+                                            __fadd_rn(acc_dq[k][3], 0.0f));
+                       });
+  };
   // Traits::kDqLate (head dim 128): the late dQ below. Head dim 64: the walk as it was before,
   // both consumers meeting at a named barrier per block, kept as written then: the late dQ lost
   // 1-5% there, and a version sharing the late dQ's code with a compile-time switch, whose SASS
@@ -427,6 +467,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // reducing warp's bulk reduction, or in key-block order (deterministic)
     const auto hand_dq = [&](int j, const float (&acc_dq)[8][4]) {
       const int qb = qb_begin + j;
+      if constexpr (kDqDirect) {
+        if (has_dq(j)) store_dq_direct(j, acc_dq);
+        return;
+      }
       if (!p.deterministic) {
         if (has_dq(j)) {
           if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw), Bars::kDqHandshake);  // the last tile was read
@@ -601,8 +645,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if (lane == 0) mbar_arrive(bars.free(slot));  // this warp no longer reads Q, dO and the rows of the slot
 
       // ---- dQ part -> shared memory (fragment order), then to the workspace: by the reducing warp's
-      // bulk reduction, or in key-block order (deterministic)
-      if (!p.deterministic) {
+      // bulk reduction, or in key-block order (deterministic); with one key block to dq as BF16
+      if constexpr (kDqDirect) {
+        if (has_dq) store_dq_direct(i, acc_dq);
+      } else if (!p.deterministic) {
         if (has_dq) {
           if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw), Bars::kDqHandshake);  // the last tile was read
           store_dq_part(s_dq_group, acc_dq, tid);

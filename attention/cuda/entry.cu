@@ -228,7 +228,8 @@ void execute_backward(const BackwardArgs& a, const AttentionOptions& opt, const 
   if (a.workspace && reinterpret_cast<std::uintptr_t>(a.workspace) % 256 != 0)
     throw std::invalid_argument("attention_backward: the workspace must be 256-byte aligned");
   char* ws = a.workspace ? static_cast<char*>(a.workspace) : static_cast<char*>(workspace_alloc(w.total, stream));
-  p.dq_accum = reinterpret_cast<float*>(ws);
+  p.dq_accum = w.dq_bytes ? reinterpret_cast<float*>(ws) : nullptr;
+  p.dq_direct = plan.dq_direct ? 1 : 0;
   p.dq_semaphore = w.semaphores ? reinterpret_cast<int*>(ws + w.at_semaphores) : nullptr;
   p.delta = a.delta ? a.delta : reinterpret_cast<float*>(ws + w.at_delta);
   if (plan.delta == DeltaPass::from_output) {  // the δ pass clears it (the bytes up to the next 16 are padding)

@@ -67,7 +67,7 @@ struct BackwardParams {
   const float* lse;   // [B, H, Tq]
   float* delta;       // [B, H, Tq] (written by the delta kernels, read by the main kernel)
   float* dq_accum;    // FP32, zeroed before the main kernel: [B, H, Tq, D] (mma.sync kernel) or
-                      // DqFragmentOrder (wgmma kernel); entry.cu allocates the larger
+                      // DqFragmentOrder (wgmma kernel); entry.cu allocates the larger; unused with dq_direct
   int* dq_semaphore;  // [B, H, ceil(Tq / BlockQ)] deterministic mode only, zeroed
   // dk, dv as the main kernel writes them: per query head [B, H, Tk, D]. With kv_group > 1 they
   // are a workspace that launch_group_sum adds up per K/V head (docs/numerics-contract.md: in ascending head order).
@@ -80,6 +80,10 @@ struct BackwardParams {
   int causal;
   int deterministic;
   int delta_source;  // DeltaSource
+  // One key block per (b, h) (Tk <= the wgmma kernel's 128 keys; BackwardPlan::dq_direct): a query
+  // block's dQ is one CTA's, so its consumers store it as BF16 themselves, with no dQ workspace, no
+  // clearing of it and no conversion kernel (at T = 128 those were a third of the backward's time).
+  int dq_direct;
   // The part of the workspace the main kernel needs zero (dQ accumulator, turn counters), in 16-byte
   // words, that delta_from_output_kernel clears beside its own work (as FlashAttention-3's pre-pass
   // clears its dQ accumulator): the same bytes as a memset before it, but their stores overlap the

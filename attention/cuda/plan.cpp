@@ -252,11 +252,19 @@ BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, b
   plan.delta = opt.delta_source == DeltaSource::exact ? DeltaPass::exact : DeltaPass::from_output;
   plan.kv_group = s.group_size();
   if (!with_gradients) return plan;
+  plan.dq_direct = blocks(s.k_len, kBackwardBlockK) == 1;
+  lay_out_backward_workspace(plan, a, opt);
+  return plan;
+}
+
+void lay_out_backward_workspace(BackwardPlan& plan, const BackwardArgs& a, const AttentionOptions& opt) {
+  const AttentionShape& s = a.shape;
   BackwardWorkspace& w = plan.workspace;
+  w = BackwardWorkspace{};
   const std::int64_t q_blocks = blocks(s.q_len, kBackwardBlockQ);  // no int overflow: backward_workspace_bytes skips check_tensors
   const std::size_t padded_rows = std::size_t(s.batch) * s.heads * q_blocks * kBackwardBlockQ;
-  w.dq_bytes = padded_rows * s.head_dim * sizeof(float);
-  w.semaphores = opt.deterministic ? std::size_t(s.batch) * s.heads * q_blocks : 0;
+  w.dq_bytes = plan.dq_direct ? 0 : padded_rows * s.head_dim * sizeof(float);
+  w.semaphores = opt.deterministic && !plan.dq_direct ? std::size_t(s.batch) * s.heads * q_blocks : 0;
   w.delta_bytes = a.delta ? 0 : std::size_t(s.rows()) * sizeof(float);
   // Grouped-query heads: the main kernel runs as multi-head attention with K/V read by the group
   // and writes each query head's BF16 dK, dV here; the group sum adds them per K/V head in
@@ -267,7 +275,6 @@ BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, b
   w.at_dk = aligned256(w.at_delta + w.delta_bytes);
   w.at_dv = w.at_dk + aligned256(w.per_head_bytes);
   w.total = w.at_dv + w.per_head_bytes;
-  return plan;
 }
 
 }  // namespace stableflash::attention::cuda

@@ -102,12 +102,19 @@ struct BackwardPlan {
   bool paper = false;
   DeltaPass delta = DeltaPass::from_output;
   int kv_group = 1;  // > 1: per-query-head dK, dV in the workspace, then the group sum
+  // One key block of the main kernel per (b, h) (Tk <= kBackwardBlockK): it stores dQ as BF16 itself,
+  // and the workspace has no dQ accumulator or turn counters (nothing for the delta pass to clear, no
+  // conversion kernel). The kernel lab's backwards turn it off (lab.cu).
+  bool dq_direct = false;
   BackwardWorkspace workspace;
 };
 
 // The plan of a backward (with_gradients) or attention_delta call (without: no workspace) whose
 // arguments passed cuda::check_supported_args.
 BackwardPlan plan_backward(const BackwardArgs& args, const AttentionOptions& options, bool with_gradients = true);
+// plan.workspace laid out for plan's dq_direct and kv_group (plan_backward's last step; the lab
+// calls it again after turning dq_direct off).
+void lay_out_backward_workspace(BackwardPlan& plan, const BackwardArgs& args, const AttentionOptions& options);
 
 // Queries per dQ block of the wgmma backward (BackwardParams::dq_semaphore: one turn counter each;
 // DqFragmentOrder::kBlockQ).

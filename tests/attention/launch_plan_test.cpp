@@ -251,6 +251,32 @@ TEST(LaunchPlan, BackwardDeltaPassAndWorkspace) {
   EXPECT_EQ(plan_backward(g, AttentionOptions{}, /*with_gradients=*/false).workspace.total, 0u);
 }
 
+// Where the main kernel has one key block per (b, h) it stores dQ itself: no dQ accumulator or turn
+// counters in the workspace, nothing for the delta pass to clear. One key more and the workspace is back.
+TEST(LaunchPlan, OneKeyBlockStoresDqDirectlyWithoutAWorkspace) {
+  AttentionOptions opt;
+  opt.device = Device::cuda;
+  opt.deterministic = true;
+  for (const int k_len : {1, 97, kBackwardBlockK}) {
+    const BackwardPlan plan = plan_backward(backward_args({8, 16, 300, k_len, 128}), opt);
+    EXPECT_TRUE(plan.dq_direct) << "k_len " << k_len;
+    EXPECT_EQ(plan.workspace.dq_bytes, 0u) << "k_len " << k_len;
+    EXPECT_EQ(plan.workspace.semaphores, 0u) << "k_len " << k_len;
+    EXPECT_EQ(plan.workspace.zeroed_bytes(), 0u) << "k_len " << k_len;
+    EXPECT_EQ(plan.workspace.delta_bytes, std::size_t(8) * 16 * 300 * 4) << "k_len " << k_len;
+  }
+  const BackwardPlan two_blocks = plan_backward(backward_args({8, 16, 300, kBackwardBlockK + 1, 128}), opt);
+  EXPECT_FALSE(two_blocks.dq_direct);
+  EXPECT_EQ(two_blocks.workspace.dq_bytes, std::size_t(8) * 16 * 320 * 128 * 4);  // Tq padded to 5 blocks of 64
+  EXPECT_EQ(two_blocks.workspace.semaphores, std::size_t(8) * 16 * 5);
+  // the lab's layout with the direct store turned off is the one of the accumulating kernels
+  BackwardPlan lab = plan_backward(backward_args({8, 16, 300, 128, 128}), opt);
+  lab.dq_direct = false;
+  lay_out_backward_workspace(lab, backward_args({8, 16, 300, 128, 128}), opt);
+  EXPECT_EQ(lab.workspace.dq_bytes, two_blocks.workspace.dq_bytes);
+  EXPECT_EQ(lab.workspace.semaphores, two_blocks.workspace.semaphores);
+}
+
 // check_tensors' message for these arguments, or "" where it accepts them.
 template <class Args>
 std::string refusal(const Args& args, const AttentionOptions& opt) {

@@ -89,7 +89,11 @@ void backward_with(BackwardChoice choice, const BackwardArgs& a, const Attention
   if (choice == BackwardChoice::production) return cuda::backward(a, opt);
   check_supported_args(a, opt);
   if (!a.dq || !a.dk || !a.dv) throw std::invalid_argument("attention_backward: dq, dk and dv outputs are required");
-  const BackwardPlan plan = plan_backward(a, opt);  // its dQ workspace also holds the row-major [B, H, Tq, D]
+  // the lab's kernels always add dQ into the workspace (no direct store), whose size also holds the
+  // mma.sync kernel's row-major [B, H, Tq, D]
+  BackwardPlan plan = plan_backward(a, opt);
+  plan.dq_direct = false;
+  lay_out_backward_workspace(plan, a, opt);
   if (choice == BackwardChoice::dq_warpgroup) {
     if (opt.deterministic) throw std::invalid_argument("kernel lab wgmma-dqwg backward: no deterministic mode (production has it)");
     execute_backward(a, opt, plan, [&](const BackwardParams& p, cudaStream_t stream) {
