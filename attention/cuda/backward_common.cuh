@@ -88,6 +88,12 @@ __device__ __forceinline__ void probs_and_dscores(const BackwardParams& p, const
   }
 }
 
+// Whether every row of a BF16 head (its first element, rows stride_t elements apart) starts at
+// 16 bytes: store_row8's one 16-byte store; else two 8-byte ones (the gradients' rows need only 8).
+__device__ __forceinline__ bool rows_16_byte_aligned(const std::uint16_t* head, std::int64_t stride_t) {
+  return reinterpret_cast<std::uintptr_t>(head) % 16 == 0 && stride_t % 8 == 0;
+}
+
 // A [64 queries, 64 dims] FP32 dQ part in the wgmma accumulator's order to dq as BF16(value *
 // scale), mul_rn then RN: value(j) is the float4 of dim group j, (x, y) = dims 8j + 2t, + 1 of
 // query 16 warp + g, (z, w) the same dims of query + 8. The BF16 pairs are exchanged within each
@@ -134,10 +140,7 @@ __device__ __forceinline__ void store_dk_dv(const BackwardParams& p, int b, int 
   const float dk_scale = kPaper ? 1.0f : p.scale;
   std::uint16_t* dk_head = p.dk + p.dk_strides.head(b, h);
   std::uint16_t* dv_head = p.dv + p.dv_strides.head(b, h);
-  const auto rows16 = [](const std::uint16_t* head, std::int64_t stride_t) {
-    return reinterpret_cast<std::uintptr_t>(head) % 16 == 0 && stride_t % 8 == 0;
-  };
-  const bool dk16 = rows16(dk_head, p.dk_strides.t), dv16 = rows16(dv_head, p.dv_strides.t);
+  const bool dk16 = rows_16_byte_aligned(dk_head, p.dk_strides.t), dv16 = rows_16_byte_aligned(dv_head, p.dv_strides.t);
   // one fragment group of one output at a time: four pairs in, four out (the epilogue's registers
   // beside the two accumulators)
   const auto store_group = [&](std::uint16_t* head, std::int64_t stride_t, bool store16, int k, int G, auto&& pair_of) {

@@ -94,8 +94,8 @@ __global__ void __launch_bounds__(kDeltaThreads) delta_from_output_kernel(const 
 // 64 dims] tile, warp w its queries 16 w .. 16 w + 15: eight coalesced 512-byte loads (one per dim
 // group j, this lane's float4 = two dims 8 j + 2 t, + 1 of queries 16 w + g and + 8, all in flight
 // before any use), then store_dq_part_rows (backward_common.cuh: the BF16 pairs exchanged within
-// each quad, 16-byte stores, 8-byte pairs where dq's rows are only 8-byte aligned: `store16`). Each element is mul_rn then RN to BF16, as before (lab/backward_small_v1.cuh).
-// Padding rows past Tq are not stored. Not launched where the main kernel stores dq itself
+// each quad, 16-byte stores, 8-byte pairs where dq's rows are only 8-byte aligned: `store16`).
+// Each element is mul_rn then RN to BF16, as before (lab/backward_small_v1.cuh). Padding rows past Tq are not stored. Not launched where the main kernel stores dq itself
 // (BackwardParams::dq_direct). blockIdx.x = the tile's index in the workspace
 // ((b H + h) blocks + query block) D / 64 + dim tile, < 2^31 (check_tensors checks).
 inline constexpr int kDqConvertThreads = 128;

@@ -307,7 +307,7 @@ __device__ __forceinline__ void zero_unseen_dq_blocks(const BackwardParams& p, i
   constexpr int BQ = Traits::kBlockQ;
   constexpr bool kAlternate = Traits::kDqAlternate;
   std::uint16_t* dq_head = p.dq + p.dq_strides.head(b, h);
-  const bool store16 = reinterpret_cast<std::uintptr_t>(dq_head) % 16 == 0 && p.dq_strides.t % 8 == 0;
+  const bool store16 = rows_16_byte_aligned(dq_head, p.dq_strides.t);
   const std::uint32_t zeros[4] = {0, 0, 0, 0};
   for (int qb = kAlternate ? c : 0; qb < qb_begin; qb += kAlternate ? 2 : 1)
     for (int i = 0; i < BQ * 8 / 32; ++i) {
@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // then mul_rn by the scale (fused; paper's dS has it) and RN
   const auto store_dq_direct = [&](int j, const float (&acc_dq)[8][4]) {
     std::uint16_t* dq_rows = p.dq + p.dq_strides.head(b, h);
-    const bool dq16 = reinterpret_cast<std::uintptr_t>(dq_rows) % 16 == 0 && p.dq_strides.t % 8 == 0;
+    const bool dq16 = rows_16_byte_aligned(dq_rows, p.dq_strides.t);
     const int q0 = (qb_begin + j) * BQ, dq_tile = kAlternate ? 0 : cw;
     store_dq_part_rows(dq_rows + std::int64_t(q0) * p.dq_strides.t + dq_tile * 64, p.dq_strides.t, p.q_len - q0, kPaper ? 1.0f : p.scale,
                        dq16, warp, lane, [&](int k) {
