@@ -61,6 +61,21 @@ __device__ __forceinline__ void load_tile(const CUtensorMap* map, std::uint32_t 
       tma_load_4d(dst + x * WgmmaTile<ROWS, D>::kBlockBytes + r * 64 * 128, map, 64 * x, row0 + 64 * r, h, b, bar);
 }
 
+// The phases of a pipelined step (forward_pipelined_walk) at which a feed's mark() is called: the
+// kernel lab's timeline (lab/forward_timeline.cu) stamps them with the SM's clock to see where a
+// step's time goes; the production feeds' mark() is empty and compiles to nothing.
+enum class StepMark : int {
+  begin,         // the step starts (before the wait for K_j)
+  k_ready,       // K_j has landed
+  turn_taken,    // this consumer's turn to issue (the warp-specialized kernel's turns)
+  issued,        // S_j and P_(j-1) V_(j-1) issued
+  s_landed,      // S_j has landed
+  softmax_done,  // the shift, P-bar and the row sums of S_j are done
+  pv_landed,     // P_(j-1) V_(j-1) has landed
+  end,           // acc rescaled, P-bar packed: the step is over
+  count
+};
+
 // Where the fused fast path's K and V tiles come from (kv_h: the K/V head the CTA's query head reads).
 // SelfFeed: the walking warpgroup's thread 0 issues the copies itself: Q (barrier 0) and K_0
 // together at the start, so the CTA pays one L2 round trip before its first product rather than
@@ -98,6 +113,7 @@ struct SelfFeed {
   __device__ void take_turn() const {}  // one walking warpgroup: nobody to take turns with
   __device__ void pass_turn() const {}
   __device__ void end_step() const { __syncthreads(); }  // K_j and V_(j-1) are free for step j + 1's copies
+  __device__ void mark(StepMark, int) const {}
 };
 
 // The fused fast path's key walk, one step of BK keys per j (FlashAttention-3's intra-warpgroup
@@ -110,9 +126,12 @@ template <int D, int BK, bool kPow2Scale, class Rows, class Feed>
 __device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& rows, const Feed& feed, int j, bool last, int min_last,
                                                int t, std::uint32_t s_q, std::uint32_t (&pa)[1][BK / 16][4]) {
   const int key0 = j * BK;
+  feed.mark(StepMark::begin, j);
   feed.begin_step(j);
   feed.wait_k(j);
+  feed.mark(StepMark::k_ready, j);
   feed.take_turn();  // several consumers of one CTA issue their products in turns
+  feed.mark(StepMark::turn_taken, j);
   float sc[1][BK / 8][4];
   wgmma_fence();
   issue_scores<D, BK>(sc, s_q, feed.k(j));
@@ -126,27 +145,33 @@ __device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& row
     issue_pv<D, BK>(rows.softmax.acc[0], pa[0], feed.v(j - 1));
     wgmma_commit();
     feed.pass_turn();
+    feed.mark(StepMark::issued, j);
     wgmma_wait<1>();  // S_j has landed; P_(j-1) V_(j-1) may still run
   } else {
     feed.pass_turn();
+    feed.mark(StepMark::issued, j);
     wgmma_wait<0>();
   }
   fence_registers(sc[0]);
+  feed.mark(StepMark::s_landed, j);
   feed.release_k(j);
   if (last) feed.release_q();
   mode_scores_and_mask<false, BK>(sc, p.scale, key0, min_last, t, rows.last);
   float c[1][2];
   rows.template start_unit<true>(p, sc, KeyStep{key0, 0, 1, true, false}, c);
   rows.template exponentiate<kPow2Scale>(p, sc);
+  feed.mark(StepMark::softmax_done, j);
   wgmma_wait<0>();
   fence_registers(rows.softmax.acc[0]);
   fence_registers(pa[0]);
+  feed.mark(StepMark::pv_landed, j);
   if (j > 0) feed.release_v(j - 1);
   // Where no row of the warp moved its shift, every c is exactly 1 (exp(0)) and acc * 1 = acc:
   // skipping the D / 2 multiplies changes no bit. Long rows stop moving their maximum after a
   // few steps, so most steps skip it.
   if (__any_sync(0xffffffffu, c[0][0] != 1.0f || c[0][1] != 1.0f)) rows.softmax.rescale_acc(c);
   Rows::pack_operands(sc, pa);
+  feed.mark(StepMark::end, j);
   feed.end_step();
 }
 

@@ -63,6 +63,23 @@ struct KvRingPlace {
   __device__ unsigned use() const { return position / kStages; }
 };
 
+// The kernel lab's timeline (lab/forward_timeline.cu): traits that have it stamp the SM's clock at
+// the phases of every consumer step (StepMark, by ring position), of the producer's copies
+// (ProducerMark, by ring position) and of each consumer's tiles (TileMark, by round). Production
+// traits have no timeline, and the calls below compile to nothing.
+enum class ProducerMark : int { tile_drawn, k_free, k_issued, v_free, v_issued, count };
+enum class TileMark : int { q_ready, walk_done, stored, count };
+template <class Traits>
+concept HasTimeline = requires { Traits::mark_step(0, 0u); };
+template <class Traits>
+__device__ __forceinline__ void mark_producer(ProducerMark e, unsigned position) {
+  if constexpr (HasTimeline<Traits>) Traits::mark_producer(int(e), position);
+}
+template <class Traits>
+__device__ __forceinline__ void mark_tile(TileMark e, int round) {
+  if constexpr (HasTimeline<Traits>) Traits::mark_tile(int(e), round);
+}
+
 // The consumers' side of the K/V ring: step j of the current tile is ring position first + j.
 template <class Traits>
 struct ProducerFeed {
@@ -99,6 +116,9 @@ struct ProducerFeed {
     if (turn_bar) named_barrier_arrive(next_turn_bar, 256);
   }
   __device__ void end_step() const {}
+  __device__ void mark(StepMark e, int j) const {
+    if constexpr (HasTimeline<Traits>) Traits::mark_step(int(e), place(j).position);
+  }
 };
 
 // The tiles (batch, head, block of kRows query rows) and which CTA takes which: in round r a CTA
@@ -193,6 +213,7 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
       for (int c = 0; c < C; ++c) mbar_arrive(feed.bars.q(c));
       break;
     }
+    mark_producer<Traits>(ProducerMark::tile_drawn, ring.position);
     const auto [m0, h, b] = order.at(tile);
     const int total = steps_of_rows<Traits::kCtaRows, Traits>(p, m0);
     handed->m0 = m0, handed->h = h, handed->b = b, handed->steps = total;
@@ -208,9 +229,13 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
     for (int j = 0; j < total; ++j, ++ring.position) {
       const unsigned s = ring.stage(), use = ring.use();
       if (use > 0) mbar_wait(feed.bars.k_empty(s), (use - 1) & 1);
+      mark_producer<Traits>(ProducerMark::k_free, ring.position);
       load_tile<D, BK>(&p.tma_k, feed.s_k0 + s * Traits::kSmemKV, j * BK, kv_h, b, feed.bars.k_full(s));
+      mark_producer<Traits>(ProducerMark::k_issued, ring.position);
       if (use > 0) mbar_wait(feed.bars.v_empty(s), (use - 1) & 1);
+      mark_producer<Traits>(ProducerMark::v_free, ring.position);
       load_tile<D, BK>(&p.tma_v, feed.s_v0 + s * Traits::kSmemKV, j * BK, kv_h, b, feed.bars.v_full(s));
+      mark_producer<Traits>(ProducerMark::v_issued, ring.position);
     }
     // The next round's tile, drawn once this tile's last copies are issued (the consumers are then
     // a pipeline's depth from its end): the atomic's round trip runs behind their last steps, and
@@ -271,6 +296,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   }
   for (int round = 0;; ++round) {
     mbar_wait(feed.bars.q(c), round & 1);
+    mark_tile<Traits>(TileMark::q_ready, round);
     const volatile WsTile& handed = shared.tile;
     const int total = handed.steps;
     if (total == WsTile::kEnd) break;
@@ -290,6 +316,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
       tile_feed.release_v(j);
     }
     tile_feed.first += total;
+    mark_tile<Traits>(TileMark::walk_done, round);
 
     if (m0c < 0) continue;  // a consumer before row 0 (WsTileOrder::causal_lead): nothing to store
     if (p.store_by_tma) {
@@ -301,6 +328,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
     } else {
       ForwardEpilogue<Rows>::store(rows, p, b, h, t);
     }
+    mark_tile<Traits>(TileMark::stored, round);
   }
   if (p.store_by_tma && tid == 0) bulk_wait_group_read<0>();  // shared memory outlives the copies' reads
 }

@@ -17,7 +17,7 @@ namespace stableflash::attention::cuda {
 namespace {
 
 // One thread per 4 consecutive elements of a row (8 bytes: dk, dv rows are 8-byte aligned,
-// entry.cu's check_tensor).
+// plan.cpp's check_tensor).
 __global__ void __launch_bounds__(kGroupSumThreads) group_sum_kernel(const __grid_constant__ GroupSumParams p) {
   const int quads_per_row = p.head_dim / 4;
   const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -1,13 +1,16 @@
 // Kernel lab: the wgmma backward with a third warpgroup for dQ (`kernel_lab --backward-kernel
-// wgmma-dqwg`; docs/benchmarks.md, "Where the backward's time goes now"). Not run on a GPU yet.
+// wgmma-dqwg`; docs/benchmarks.md, "Where the backward's time goes now": measured on the H200 at
+// D = 64, within the runs' spread of the production kernel of then).
 //
-// The production kernel (backward_wgmma_kernel.cuh) has two warpgroups that meet at a CTA barrier
-// every query block: the dQ product of each reads the other's dS^T tile, so both form P and dS at
-// the same time and the tensor cores idle meanwhile. Here warpgroups 0 and 1 compute S^T, dP^T, P,
-// dS, dV and dK of their 64 keys as there, store dS^T and go on; warpgroup 2 computes each block's
-// whole dQ = dS K from the two stored tiles and adds it to the FP32 workspace (the production
-// kernel's fragment order and bulk reduction, so the production dQ conversion follows). Its thread
-// 0 also issues the Q, dO copies. Per block the groups meet only through mbarriers:
+// Written against the production kernel of the time (backward_wgmma_kernel.cuh), whose two
+// warpgroups met at a CTA barrier every query block: the dQ product of each reads the other's dS^T
+// tile, so both formed P and dS at the same time and the tensor cores idled meanwhile (production
+// has since taken a producer warpgroup, and at D = 128 issues dQ a block late). Here warpgroups 0
+// and 1 compute S^T, dP^T, P, dS, dV and dK of their 64 keys as there, store dS^T and go on;
+// warpgroup 2 computes each block's whole dQ = dS K from the two stored tiles and adds it to the
+// FP32 workspace (the production kernel's fragment order and bulk reduction, so the production dQ
+// conversion follows). Its thread 0 also issues the Q, dO copies. Per block the groups meet only
+// through mbarriers:
 //   full[slot]     Q, dO of the slot landed (transaction count)        waited by groups 0, 1
 //   free[slot]     groups 0, 1 are done with the slot (8 warps)         waited by group 2's thread 0
 //   ds_full[slot]  both dS^T tiles of the slot stored (8 warps)          waited by group 2

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "execute.hpp"
+#include "lab/device_buffer.hpp"
 #include "lab/backward_small_v1.cuh"
 #include "lab/lab.hpp"
 #include "launch.hpp"
@@ -25,24 +26,6 @@
 
 namespace stableflash::attention::cuda::lab {
 namespace {
-
-template <class T>
-struct DeviceBuffer {
-  T* ptr = nullptr;
-  std::size_t n = 0;
-  explicit DeviceBuffer(std::size_t count) : n(count) {
-    check_cuda(cudaMalloc(&ptr, std::max<std::size_t>(n, 1) * sizeof(T)), "cudaMalloc");
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { cudaFree(ptr); }
-  std::size_t bytes() const { return n * sizeof(T); }
-  std::vector<unsigned char> download() const {
-    std::vector<unsigned char> h(bytes());
-    check_cuda(cudaMemcpy(h.data(), ptr, bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
-    return h;
-  }
-};
 
 enum class Fill { bf16_values, bf16_residuals, fp32_values };
 

@@ -3,6 +3,7 @@
 //   kernel_lab --forward-kernel mma --backward-kernel mma --shapes 16x12x1024x64:causal
 //   kernel_lab --forward-kernel wgmma-1wg --shapes 8x16x4096x128:causal --policy hashed_offset
 //   kernel_lab --backward-parts   (the delta pass and dQ conversion alone, old vs new; lab/backward_parts.cu)
+//   kernel_lab --forward-timeline --timeline-shapes 2x16x8192x128:full   (where a warp-specialized step's cycles go)
 // These kernels are not part of the library that programs link (docs/cuda-kernels.md "Kernel lab").
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -21,7 +22,8 @@ int main(int argc, char** argv) {
   app.add_option("--forward-kernel", forward, "production, mma (mma.sync), wgmma-1wg (one warpgroup), wgmma-serial "
                                               "(no softmax / P V overlap), wgmma-ws (warp-specialized, D = 64 too), wgmma-ws-rounds (tiles fixed in "
                                               "advance), wgmma-ws-tiles (one CTA per tile), wgmma-ws-free (no turns), wgmma-ws-2c / "
-                                              "wgmma-ws-3c (two / three consumers at D = 64)")
+                                              "wgmma-ws-3c (two / three consumers at D = 64), wgmma-ws-3c64 (three consumers of "
+                                              "64-key steps at D = 128)")
       ->capture_default_str();
   app.add_option("--backward-kernel", backward, "production, mma (mma.sync), wgmma-dqwg (a third warpgroup for dQ)")->capture_default_str();
   bool backward_parts = false;
@@ -32,10 +34,20 @@ int main(int argc, char** argv) {
                "against production's, outputs compared bit for bit) and the dQ workspace memset");
   app.add_option("--parts-shapes", parts_shapes, "--backward-parts: BxHxTxD,...")->capture_default_str();
   app.add_option("--parts-repeats", parts_repeats, "--backward-parts: launches per timing")->capture_default_str();
+  bool forward_timeline = false;
+  std::string timeline_shapes = "2x16x8192x128:full,16x12x1024x64:causal";
+  app.add_flag("--forward-timeline", forward_timeline,
+               "instead of the table: the warp-specialized forward with clock stamps at every phase of its steps "
+               "(lab/forward_timeline.cu): cycles per phase, and CTA 0's first steps");
+  app.add_option("--timeline-shapes", timeline_shapes, "--forward-timeline: BxHxTxD:causal|full,...")->capture_default_str();
+  std::string timeline_variant = "production";
+  app.add_option("--timeline-variant", timeline_variant, "--forward-timeline: production, or 3c64 (as wgmma-ws-3c64 at D = 128)")
+      ->capture_default_str();
   cli::add_attention_bench_flags(&app, config);
   CLI11_PARSE(app, argc, argv);
   try {
     if (backward_parts) return attention::cuda::lab::run_backward_parts(parts_shapes, parts_repeats);
+    if (forward_timeline) return attention::cuda::lab::run_forward_timeline(timeline_shapes, timeline_variant);
     const auto f = attention::cuda::lab::parse_forward_choice(forward);
     const auto b = attention::cuda::lab::parse_backward_choice(backward);
     if (!f) throw std::invalid_argument("--forward-kernel: unknown kernel '" + forward + "'");

@@ -7,8 +7,9 @@
 // whose rows are aligned (check_supported_args below), any Tq and Tk, grouped-query / multi-query heads.
 // Key tiles: the kernels walk keys in sub-tiles of 64; the numerics' key tile (options.tile_k,
 // which `paper` numerics and the published policy's tie detection depend on) must be a multiple of
-// 64. `fused` numerics with a policy that needs no tie count decide the shift per 64-key sub-tile
-// (its error bound, not bitwise equality, is the contract there; docs/cuda-kernels.md).
+// 64. `fused` numerics with a policy that needs no tie count decide the shift per key step of the
+// kernel that runs (64 keys in the one-warpgroup kernel at D = 128, 128 in the others; its error
+// bound, not bitwise equality, is the contract there; docs/cuda-kernels.md).
 #pragma once
 
 #include <cstdint>

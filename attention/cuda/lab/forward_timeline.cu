@@ -1,0 +1,308 @@
+// `kernel_lab --forward-timeline`: where the warp-specialized forward's time goes, step by step. The
+// production kernel (forward_ws_kernel.cuh) instantiated with traits that stamp the SM's clock
+// (clock64) at every phase of a consumer's step (StepMark: K there, turn taken, products issued, S
+// landed, softmax done, P V landed, step over), at the producer's copies (ProducerMark) and at each
+// consumer's tile (TileMark), from one thread per warpgroup. The summary gives each phase's cycles
+// over every step of every CTA, the cycles a step would take at the tensor cores' peak, and a trace of
+// CTA 0's first steps; the production kernel is timed beside the stamped one to show what stamping
+// costs. Counters are per SM, so only differences within a CTA mean anything. Standard shift, fused,
+// compensated residual, [B, H, T, D] inputs of random BF16 values in [-2, 2).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "execute.hpp"
+#include "forward_ws_kernel.cuh"
+#include "lab/device_buffer.hpp"
+#include "lab/lab.hpp"
+#include "launch.hpp"
+#include "plan.hpp"
+#include "stableflash/attention/cuda.hpp"
+
+namespace stableflash::attention::cuda::lab {
+namespace {
+
+// What one CTA's record holds: ring positions (its steps over all its tiles) and rounds (its tiles).
+constexpr int kMaxPositions = 2048, kMaxRounds = 128;
+constexpr int kStepEvents = int(StepMark::count), kProducerEvents = int(ProducerMark::count), kTileEvents = int(TileMark::count);
+
+struct TimelineRecord {
+  unsigned long long* steps;     // [cta][consumer][position][StepMark]
+  unsigned long long* producer;  // [cta][position][ProducerMark]
+  unsigned long long* tiles;     // [cta][consumer][round][TileMark]
+};
+__device__ TimelineRecord g_record;
+
+// The production traits plus the stamps (HasTimeline). Positions and rounds past the capacity are
+// not recorded.
+template <int D, int C, int BK>
+struct TimelineWsTraits : WsForwardTraits<D, C, BK> {
+  __device__ static void mark_step(int e, unsigned position) {
+    if (threadIdx.x % 128 != 0 || position >= unsigned(kMaxPositions)) return;
+    const std::size_t consumer = threadIdx.x / 128 - 1;
+    g_record.steps[((blockIdx.x * std::size_t(C) + consumer) * kMaxPositions + position) * kStepEvents + e] = clock64();
+  }
+  __device__ static void mark_producer(int e, unsigned position) {
+    if (position >= unsigned(kMaxPositions)) return;
+    g_record.producer[(blockIdx.x * std::size_t(kMaxPositions) + position) * kProducerEvents + e] = clock64();
+  }
+  __device__ static void mark_tile(int e, int round) {
+    if (threadIdx.x % 128 != 0 || round >= kMaxRounds) return;
+    const std::size_t consumer = threadIdx.x / 128 - 1;
+    g_record.tiles[((blockIdx.x * std::size_t(C) + consumer) * kMaxRounds + round) * kTileEvents + e] = clock64();
+  }
+};
+
+struct Shape {
+  int batch, heads, len, dim;
+  bool causal;
+};
+
+std::vector<Shape> parse_shapes(const std::string& list) {
+  std::vector<Shape> out;
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    const std::size_t end = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, end - at);
+    Shape s{};
+    char mask[16] = {};
+    if (std::sscanf(item.c_str(), "%dx%dx%dx%d:%15s", &s.batch, &s.heads, &s.len, &s.dim, mask) != 5 || s.batch < 1 ||
+        s.heads < 1 || s.len < 1 || (std::string(mask) != "causal" && std::string(mask) != "full"))
+      throw std::invalid_argument("--timeline-shapes: expected BxHxTxD:causal or BxHxTxD:full, got '" + item + "'");
+    s.causal = std::string(mask) == "causal";
+    out.push_back(s);
+    at = end + 1;
+  }
+  return out;
+}
+
+// BF16 values in [-2, 2) from a counter hash.
+__global__ void fill_inputs_kernel(std::uint16_t* out, std::int64_t n, std::uint64_t seed) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  std::uint64_t z = seed * 0x9e3779b97f4a7c15ull + std::uint64_t(i) + 1;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  const float x = (float(std::uint32_t(z >> 40)) / 16777216.0f) * 4.0f - 2.0f;
+  out[i] = std::uint16_t(__float_as_uint(x) >> 16);
+}
+
+template <int D, int C, int BK>
+void launch_stamped(const ForwardParams& p, const ForwardPlan& plan, cudaStream_t stream) {
+  using Traits = TimelineWsTraits<D, C, BK>;
+  constexpr auto kernel = attention_forward_ws_kernel<Traits, StandardShift>;
+  static const bool configured = (allow_smem(kernel, Traits::kSmemBytes), true);
+  (void)configured;
+  const int tiles = blocks_of(p.q_len, Traits::kCtaRows) * p.heads * p.batch;
+  kernel<<<dim3(unsigned(std::min(tiles, plan.sms))), Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
+  check_cuda(cudaGetLastError(), "timeline forward launch");
+}
+
+double time_ms(const std::function<void()>& launch, int repeats) {
+  launch();
+  check_cuda(cudaDeviceSynchronize(), "warm-up");
+  cudaEvent_t a, b;
+  check_cuda(cudaEventCreate(&a), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&b), "cudaEventCreate");
+  check_cuda(cudaEventRecord(a), "cudaEventRecord");
+  for (int i = 0; i < repeats; ++i) launch();
+  check_cuda(cudaEventRecord(b), "cudaEventRecord");
+  check_cuda(cudaEventSynchronize(b), "cudaEventSynchronize");
+  float ms = 0;
+  check_cuda(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  return ms / repeats;
+}
+
+struct Stats {
+  std::vector<double> v;
+  void add(double x) { v.push_back(x); }
+  double quantile(double q) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v[std::size_t(q * double(v.size() - 1) + 0.5)];
+  }
+  double mean() const {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0 : s / double(v.size());
+  }
+};
+
+void print_row(const char* what, Stats s, const char* note) {
+  std::printf("| %s | %.0f | %.0f | %.0f | %.0f | %s |\n", what, s.mean(), s.quantile(0.1), s.quantile(0.5), s.quantile(0.9), note);
+}
+
+// `production`: the timed production call is the plan's kernel; the stamped one has C consumers of
+// BK-key steps either way.
+template <int D, int C, int BK>
+void run_shape(const Shape& s, int sms) {
+  constexpr int kBlockK = BK;
+  AttentionShape shape;
+  shape.batch = s.batch, shape.heads = s.heads, shape.q_len = shape.k_len = s.len, shape.head_dim = D;
+  const std::size_t elements = std::size_t(shape.q_elements());
+  DeviceBuffer<std::uint16_t> q(elements), k(elements), v(elements), o(elements), residual(elements);
+  DeviceBuffer<float> lse(std::size_t(shape.rows()));
+  int seed = 1;
+  for (auto* b : {&q, &k, &v}) {
+    fill_inputs_kernel<<<unsigned((elements + 255) / 256), 256>>>(b->ptr, std::int64_t(elements), std::uint64_t(seed++));
+    check_cuda(cudaGetLastError(), "fill_inputs_kernel");
+  }
+  ForwardArgs a;
+  a.shape = shape, a.layout = Layout::bhtd;
+  a.q = reinterpret_cast<const bf16*>(q.ptr), a.k = reinterpret_cast<const bf16*>(k.ptr), a.v = reinterpret_cast<const bf16*>(v.ptr);
+  a.o = reinterpret_cast<bf16*>(o.ptr), a.o_residual = reinterpret_cast<bf16*>(residual.ptr), a.lse = lse.ptr;
+  AttentionOptions opt;
+  opt.numerics = Numerics::fused, opt.policy = ShiftPolicy::standard, opt.causal = s.causal;
+  opt.delta_source = DeltaSource::compensated, opt.device = Device::cuda;
+  check_supported_args(a, opt);
+  ForwardPlan plan = plan_forward(a, opt, sms);
+  if (plan.walk != ForwardWalk::pipelined) throw std::invalid_argument("--forward-timeline: this call does not take the fast path");
+  const char* production_kernel = plan.kernel == ForwardKernel::warp_specialized ? "warp-specialized" : "one warpgroup";
+  const int production_consumers = plan.ws_consumers;
+  plan.kernel = ForwardKernel::warp_specialized, plan.ws_consumers = C, plan.schedule = TileSchedule::dynamic, plan.consumer_turns = true;
+
+  const int tiles = blocks_of(s.len, 64 * C) * s.heads * s.batch, ctas = std::min(tiles, sms);
+  DeviceBuffer<unsigned long long> steps(std::size_t(ctas) * C * kMaxPositions * kStepEvents);
+  DeviceBuffer<unsigned long long> producer(std::size_t(ctas) * kMaxPositions * kProducerEvents);
+  DeviceBuffer<unsigned long long> tile_marks(std::size_t(ctas) * C * kMaxRounds * kTileEvents);
+  const TimelineRecord record{steps.ptr, producer.ptr, tile_marks.ptr};
+  check_cuda(cudaMemcpyToSymbol(g_record, &record, sizeof(record)), "cudaMemcpyToSymbol");
+  const auto stamped = [&] { execute_forward(a, opt, plan, [&](const ForwardParams& p, cudaStream_t st) { launch_stamped<D, C, BK>(p, plan, st); }); };
+  const double production_ms = time_ms([&] { cuda::forward(a, opt); }, 20);
+  const double stamped_ms = time_ms(stamped, 20);
+  for (auto* b : {&steps, &producer, &tile_marks}) check_cuda(cudaMemset(b->ptr, 0, b->bytes()), "cudaMemset");
+  stamped();
+  check_cuda(cudaDeviceSynchronize(), "timeline forward");
+  std::vector<unsigned long long> st(steps.n), pr(producer.n), ti(tile_marks.n);
+  check_cuda(cudaMemcpy(st.data(), steps.ptr, steps.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check_cuda(cudaMemcpy(pr.data(), producer.ptr, producer.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check_cuda(cudaMemcpy(ti.data(), tile_marks.ptr, tile_marks.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+
+  const auto step_at = [&](int cta, int c, int pos, StepMark e) {
+    return st[((std::size_t(cta) * C + c) * kMaxPositions + pos) * kStepEvents + int(e)];
+  };
+  const auto producer_at = [&](int cta, int pos, ProducerMark e) { return pr[(std::size_t(cta) * kMaxPositions + pos) * kProducerEvents + int(e)]; };
+  const auto tile_at = [&](int cta, int c, int round, TileMark e) { return ti[((std::size_t(cta) * C + c) * kMaxRounds + round) * kTileEvents + int(e)]; };
+
+  // Phases of the steps that have a step after them in the same tile (and a P V product before
+  // them: not a tile's first step).
+  Stats phase[kStepEvents], period, loop_back;
+  long long steps_counted = 0;
+  for (int cta = 0; cta < ctas; ++cta)
+    for (int c = 0; c < C; ++c)
+      for (int pos = 1; pos + 1 < kMaxPositions; ++pos) {
+        if (producer_at(cta, pos, ProducerMark::tile_drawn) || producer_at(cta, pos + 1, ProducerMark::tile_drawn)) continue;
+        unsigned long long m[kStepEvents];
+        bool complete = true;
+        for (int e = 0; e < kStepEvents; ++e) complete &= (m[e] = step_at(cta, c, pos, StepMark(e))) != 0;
+        const unsigned long long next = step_at(cta, c, pos + 1, StepMark::begin);
+        if (!complete || next == 0) continue;
+        for (int e = 1; e < kStepEvents; ++e) phase[e].add(double(m[e] - m[e - 1]));
+        loop_back.add(double(next - m[int(StepMark::end)]));
+        period.add(double(next - m[int(StepMark::begin)]));
+        ++steps_counted;
+      }
+  Stats epilogue, tile_gap, producer_k_wait, producer_v_wait;
+  for (int cta = 0; cta < ctas; ++cta) {
+    for (int c = 0; c < C; ++c)
+      for (int r = 0; r < kMaxRounds; ++r) {
+        const auto walked = tile_at(cta, c, r, TileMark::walk_done), stored = tile_at(cta, c, r, TileMark::stored);
+        if (walked && stored) epilogue.add(double(stored - walked));
+        const auto next_q = r + 1 < kMaxRounds ? tile_at(cta, c, r + 1, TileMark::q_ready) : 0;
+        if (stored && next_q) tile_gap.add(double(next_q - stored));
+      }
+    for (int pos = 1; pos < kMaxPositions; ++pos) {
+      const auto v_prev = producer_at(cta, pos - 1, ProducerMark::v_issued), k_free = producer_at(cta, pos, ProducerMark::k_free);
+      const auto k_issued = producer_at(cta, pos, ProducerMark::k_issued), v_free = producer_at(cta, pos, ProducerMark::v_free);
+      if (v_prev && k_free && !producer_at(cta, pos, ProducerMark::tile_drawn)) producer_k_wait.add(double(k_free - v_prev));
+      if (k_issued && v_free) producer_v_wait.add(double(v_free - k_issued));
+    }
+  }
+
+  const double flops = 4.0 * s.batch * s.heads * double(s.len) * s.len * D * (s.causal ? 0.5 : 1.0);
+  const double peak_step = 2.0 * 2.0 * 64 * kBlockK * D / 4096.0;  // S and P V of one consumer step at 4,096 FLOP a clock and SM
+  std::printf("\n### %dx%dx%dx%d %s: %d consumers, %d-key steps, %d CTAs\n\n", s.batch, s.heads, s.len, D, s.causal ? "causal" : "full", C,
+              kBlockK, ctas);
+  std::printf("production (%s%s): %.4f ms, %.1f TFLOP/s; stamped: %.4f ms, %.1f TFLOP/s (%.3fx)\n", production_kernel,
+              plan.kernel == ForwardKernel::warp_specialized && production_consumers != C ? ", other consumer count" : "", production_ms,
+              flops / production_ms * 1e-9, stamped_ms, flops / stamped_ms * 1e-9, production_ms / stamped_ms);
+  std::printf("steps in the summary: %lld (a tile's first and last steps left out); the tensor cores at peak take %.0f cycles for one "
+              "consumer step, %.0f for the %d consumers' steps\n\n",
+              steps_counted, peak_step, peak_step * C, C);
+  std::printf("| phase (cycles, one consumer's step) | mean | p10 | median | p90 | from the mark before |\n|---|---|---|---|---|---|\n");
+  print_row("wait for K_j", phase[int(StepMark::k_ready)], "begin");
+  print_row("wait for the turn", phase[int(StepMark::turn_taken)], "K_j there");
+  print_row("issue S_j, P V (wait for V_(j-1))", phase[int(StepMark::issued)], "turn taken");
+  print_row("S_j lands", phase[int(StepMark::s_landed)], "issued");
+  print_row("softmax of S_j", phase[int(StepMark::softmax_done)], "S_j landed");
+  print_row("P_(j-1) V_(j-1) lands", phase[int(StepMark::pv_landed)], "softmax done");
+  print_row("rescale acc, pack P", phase[int(StepMark::end)], "P V landed");
+  print_row("to the next step", loop_back, "step over");
+  print_row("period (begin to next begin)", period, "");
+  print_row("epilogue (per tile)", epilogue, "walk and hand-back done");
+  print_row("next tile's Q (per tile)", tile_gap, "outputs stored");
+  print_row("producer: wait for a free K stage", producer_k_wait, "previous V issued");
+  print_row("producer: wait for a free V stage", producer_v_wait, "K issued");
+  std::printf("\nmedian period / (tensor cycles of all consumers' steps) = %.2f (1.00: the tensor cores never wait)\n",
+              period.quantile(0.5) / (peak_step * C));
+
+  // CTA 0's first steps, cycles from its first stamp.
+  unsigned long long t0 = ~0ull;
+  for (int c = 0; c < C; ++c)
+    for (int e = 0; e < kStepEvents; ++e)
+      if (const auto x = step_at(0, c, 0, StepMark(e))) t0 = std::min(t0, x);
+  if (t0 == ~0ull) return;
+  std::printf("\nCTA 0, its first steps (cycles after its first stamp; K, V: when the producer issued that position's copies)\n\n");
+  std::printf("| pos | consumer | begin | K there | turn | issued | S landed | softmax done | P V landed | end | K, V issued |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int pos = 0; pos < std::min(kMaxPositions, 12); ++pos)
+    for (int c = 0; c < C; ++c) {
+      if (!step_at(0, c, pos, StepMark::begin)) continue;
+      std::printf("| %d | %d |", pos, c);
+      for (int e = 0; e < kStepEvents; ++e) {
+        const auto x = step_at(0, c, pos, StepMark(e));
+        std::printf(x ? " %lld |" : " - |", x ? (long long)(x - t0) : 0ll);
+      }
+      const auto ki = producer_at(0, pos, ProducerMark::k_issued), vi = producer_at(0, pos, ProducerMark::v_issued);
+      std::printf(" %lld, %lld |\n", ki ? (long long)(ki - t0) : -1ll, vi ? (long long)(vi - t0) : -1ll);
+    }
+}
+
+}  // namespace
+
+int run_forward_timeline(const std::string& shapes, const std::string& variant) {
+  if (variant != "production" && variant != "3c64")
+    throw std::invalid_argument("--timeline-variant: production or 3c64, got '" + variant + "'");
+  const int sms = multiprocessors();
+  std::printf("forward timeline on %s (%d SMs): clock64 stamps by the first thread of each consumer warpgroup\n", device_name().c_str(), sms);
+  for (const Shape& s : parse_shapes(shapes)) {
+#if SF_CUDA_HD64
+    if (s.dim == 64) {
+      run_shape<64, 3, 128>(s, sms);
+      continue;
+    }
+#endif
+#if SF_CUDA_HD128
+    if (s.dim == 128) {
+      if (variant == "3c64") {
+        run_shape<128, 3, 64>(s, sms);
+      } else {
+        run_shape<128, 2, 128>(s, sms);
+      }
+      continue;
+    }
+#endif
+    throw std::invalid_argument("--forward-timeline: no kernels for head dim " + std::to_string(s.dim) + " in this build");
+  }
+  return 0;
+}
+
+}  // namespace stableflash::attention::cuda::lab
