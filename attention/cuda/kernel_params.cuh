@@ -186,16 +186,14 @@ struct alignas(16) WsTile {
   static constexpr int kEnd = -1;
 };
 
-// kBlockK_: production steps 128 keys; the kernel lab also builds 64 (three consumers at D = 128,
-// where 128-key steps leave no registers: lab/forward_ws_variants.cu).
-template <int kHeadDim_, int kConsumers_ = kHeadDim_ == 64 ? 3 : 2, int kBlockK_ = 128>
+template <int kHeadDim_, int kConsumers_ = kHeadDim_ == 64 ? 3 : 2>
 struct WsForwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kPaper = false;
   static constexpr int kConsumers = kConsumers_;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kCtaRows = 64 * kConsumers;
-  static constexpr int kBlockK = kBlockK_;  // keys per step (one shift per row and step)
+  static constexpr int kBlockK = 128;  // keys per step (one shift per row and step)
   static constexpr int kRowTiles = 1;
   static constexpr int kKeyTiles = kBlockK / 8;
   static constexpr int kDimTiles = kHeadDim / 8;
@@ -226,8 +224,7 @@ struct WsForwardTraits {
                 "SW128 atoms are 1024-byte aligned");
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
-  static_assert(kConsumers == 2 || (kConsumers == 3 && (kHeadDim == 64 || kBlockK == 64)),
-                "consumers: 2, or 3 at D = 64 or with 64-key steps (registers, shared memory)");
+  static_assert(kConsumers == 2 || (kConsumers == 3 && kHeadDim == 64), "consumers: 2, or 3 at D = 64 (registers, shared memory)");
   static_assert(kSmemBytes <= 227 * 1024, "an SM's shared memory");
 };
 

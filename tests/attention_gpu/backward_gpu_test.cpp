@@ -215,5 +215,39 @@ TEST(BackwardGpu, DeltaAloneEqualsTheBackwardsDeltaBitForBit) {
       }
 }
 
+// docs/numerics-contract.md keeps subnormals. With dO scaled into FP32's subnormal range (2^-128), most
+// of dQ, dK, dV are subnormal: every element the CPU oracle gives as a nonzero subnormal must be
+// nonzero on the GPU too, where the main kernel stores dQ itself (one key block, T = 128) and where
+// bulk reductions add it up (T = 384) or the CTAs add it in turns (deterministic). A flush to zero
+// anywhere on the way (the tensor cores' products, the bulk FP32 adds, the BF16 conversions) zeroes
+// them. The values themselves are the error bound's business (FusedBackward).
+TEST(BackwardGpu, GradientsKeepSubnormals) {
+  SF_REQUIRE_GPU();
+  constexpr float kSmallestNormal = 0x1p-126f;
+  for (int t : {128, 384})
+    for (bool deterministic : {false, true}) {
+      SCOPED_TRACE("T " + std::to_string(t) + (deterministic ? " deterministic" : ""));
+      Inputs in = random_inputs(AttentionShape{1, 2, t, t, 64}, Layout::bhtd, 4100 + t);
+      for (bf16& x : in.d_o) x = bf16::from_float(x.to_float() * 0x1p-128f);
+      AttentionOptions opt;
+      opt.deterministic = deterministic;
+      const Outputs g = run_gpu(in, opt, /*backward=*/true), c = run_cpu(in, opt, /*backward=*/true);
+      const auto check = [&](const char* name, const std::vector<bf16>& gpu, const std::vector<bf16>& cpu) {
+        std::int64_t subnormal = 0, zeroed = 0;
+        for (std::size_t i = 0; i < cpu.size(); ++i) {
+          const float x = cpu[i].to_float();
+          if (x == 0.0f || std::fabs(x) >= kSmallestNormal) continue;
+          ++subnormal;
+          zeroed += gpu[i].to_float() == 0.0f;
+        }
+        EXPECT_GT(subnormal, std::int64_t(cpu.size()) / 2) << name << ": the inputs no longer make most of it subnormal";
+        EXPECT_EQ(zeroed, 0) << name << ": " << zeroed << " of " << subnormal << " subnormal elements flushed to zero";
+      };
+      check("dq", g.dq, c.dq);
+      check("dk", g.dk, c.dk);
+      check("dv", g.dv, c.dv);
+    }
+}
+
 }  // namespace
 }  // namespace stableflash::attention::gpu_test

@@ -41,8 +41,8 @@ __device__ TimelineRecord g_record;
 
 // The production traits plus the stamps (HasTimeline). Positions and rounds past the capacity are
 // not recorded.
-template <int D, int C, int BK>
-struct TimelineWsTraits : WsForwardTraits<D, C, BK> {
+template <int D, int C>
+struct TimelineWsTraits : WsForwardTraits<D, C> {
   __device__ static void mark_step(int e, unsigned position) {
     if (threadIdx.x % 128 != 0 || position >= unsigned(kMaxPositions)) return;
     const std::size_t consumer = threadIdx.x / 128 - 1;
@@ -94,9 +94,9 @@ __global__ void fill_inputs_kernel(std::uint16_t* out, std::int64_t n, std::uint
   out[i] = std::uint16_t(__float_as_uint(x) >> 16);
 }
 
-template <int D, int C, int BK>
+template <int D, int C>
 void launch_stamped(const ForwardParams& p, const ForwardPlan& plan, cudaStream_t stream) {
-  using Traits = TimelineWsTraits<D, C, BK>;
+  using Traits = TimelineWsTraits<D, C>;
   constexpr auto kernel = attention_forward_ws_kernel<Traits, StandardShift>;
   static const bool configured = (allow_smem(kernel, Traits::kSmemBytes), true);
   (void)configured;
@@ -140,11 +140,10 @@ void print_row(const char* what, Stats s, const char* note) {
   std::printf("| %s | %.0f | %.0f | %.0f | %.0f | %s |\n", what, s.mean(), s.quantile(0.1), s.quantile(0.5), s.quantile(0.9), note);
 }
 
-// `production`: the timed production call is the plan's kernel; the stamped one has C consumers of
-// BK-key steps either way.
-template <int D, int C, int BK>
+// The production call timed beside it is the plan's kernel (it says when the plan picks another).
+template <int D, int C>
 void run_shape(const Shape& s, int sms) {
-  constexpr int kBlockK = BK;
+  constexpr int kBlockK = WsForwardTraits<D, C>::kBlockK;
   AttentionShape shape;
   shape.batch = s.batch, shape.heads = s.heads, shape.q_len = shape.k_len = s.len, shape.head_dim = D;
   const std::size_t elements = std::size_t(shape.q_elements());
@@ -175,7 +174,7 @@ void run_shape(const Shape& s, int sms) {
   DeviceBuffer<unsigned long long> tile_marks(std::size_t(ctas) * C * kMaxRounds * kTileEvents);
   const TimelineRecord record{steps.ptr, producer.ptr, tile_marks.ptr};
   check_cuda(cudaMemcpyToSymbol(g_record, &record, sizeof(record)), "cudaMemcpyToSymbol");
-  const auto stamped = [&] { execute_forward(a, opt, plan, [&](const ForwardParams& p, cudaStream_t st) { launch_stamped<D, C, BK>(p, plan, st); }); };
+  const auto stamped = [&] { execute_forward(a, opt, plan, [&](const ForwardParams& p, cudaStream_t st) { launch_stamped<D, C>(p, plan, st); }); };
   const double production_ms = time_ms([&] { cuda::forward(a, opt); }, 20);
   const double stamped_ms = time_ms(stamped, 20);
   for (auto* b : {&steps, &producer, &tile_marks}) check_cuda(cudaMemset(b->ptr, 0, b->bytes()), "cudaMemset");
@@ -278,25 +277,19 @@ void run_shape(const Shape& s, int sms) {
 
 }  // namespace
 
-int run_forward_timeline(const std::string& shapes, const std::string& variant) {
-  if (variant != "production" && variant != "3c64")
-    throw std::invalid_argument("--timeline-variant: production or 3c64, got '" + variant + "'");
+int run_forward_timeline(const std::string& shapes) {
   const int sms = multiprocessors();
   std::printf("forward timeline on %s (%d SMs): clock64 stamps by the first thread of each consumer warpgroup\n", device_name().c_str(), sms);
   for (const Shape& s : parse_shapes(shapes)) {
 #if SF_CUDA_HD64
     if (s.dim == 64) {
-      run_shape<64, 3, 128>(s, sms);
+      run_shape<64, 3>(s, sms);
       continue;
     }
 #endif
 #if SF_CUDA_HD128
     if (s.dim == 128) {
-      if (variant == "3c64") {
-        run_shape<128, 3, 64>(s, sms);
-      } else {
-        run_shape<128, 2, 128>(s, sms);
-      }
+      run_shape<128, 2>(s, sms);
       continue;
     }
 #endif

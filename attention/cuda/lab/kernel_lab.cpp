@@ -22,8 +22,7 @@ int main(int argc, char** argv) {
   app.add_option("--forward-kernel", forward, "production, mma (mma.sync), wgmma-1wg (one warpgroup), wgmma-serial "
                                               "(no softmax / P V overlap), wgmma-ws (warp-specialized, D = 64 too), wgmma-ws-rounds (tiles fixed in "
                                               "advance), wgmma-ws-tiles (one CTA per tile), wgmma-ws-free (no turns), wgmma-ws-2c / "
-                                              "wgmma-ws-3c (two / three consumers at D = 64), wgmma-ws-3c64 (three consumers of "
-                                              "64-key steps at D = 128)")
+                                              "wgmma-ws-3c (two / three consumers at D = 64)")
       ->capture_default_str();
   app.add_option("--backward-kernel", backward, "production, mma (mma.sync), wgmma-dqwg (a third warpgroup for dQ)")->capture_default_str();
   bool backward_parts = false;
@@ -40,14 +39,11 @@ int main(int argc, char** argv) {
                "instead of the table: the warp-specialized forward with clock stamps at every phase of its steps "
                "(lab/forward_timeline.cu): cycles per phase, and CTA 0's first steps");
   app.add_option("--timeline-shapes", timeline_shapes, "--forward-timeline: BxHxTxD:causal|full,...")->capture_default_str();
-  std::string timeline_variant = "production";
-  app.add_option("--timeline-variant", timeline_variant, "--forward-timeline: production, or 3c64 (as wgmma-ws-3c64 at D = 128)")
-      ->capture_default_str();
   cli::add_attention_bench_flags(&app, config);
   CLI11_PARSE(app, argc, argv);
   try {
     if (backward_parts) return attention::cuda::lab::run_backward_parts(parts_shapes, parts_repeats);
-    if (forward_timeline) return attention::cuda::lab::run_forward_timeline(timeline_shapes, timeline_variant);
+    if (forward_timeline) return attention::cuda::lab::run_forward_timeline(timeline_shapes);
     const auto f = attention::cuda::lab::parse_forward_choice(forward);
     const auto b = attention::cuda::lab::parse_backward_choice(backward);
     if (!f) throw std::invalid_argument("--forward-kernel: unknown kernel '" + forward + "'");

@@ -20,7 +20,6 @@ std::optional<ForwardChoice> parse_forward_choice(std::string_view name) {
   if (name == "wgmma-ws-free") return ForwardChoice::warp_specialized_free;
   if (name == "wgmma-ws-2c") return ForwardChoice::warp_specialized_two;
   if (name == "wgmma-ws-3c") return ForwardChoice::warp_specialized_three;
-  if (name == "wgmma-ws-3c64") return ForwardChoice::warp_specialized_three_64;
   return std::nullopt;
 }
 std::optional<BackwardChoice> parse_backward_choice(std::string_view name) {
@@ -40,7 +39,6 @@ std::string to_string(ForwardChoice c) {
     case ForwardChoice::warp_specialized_free: return "wgmma-ws-free";
     case ForwardChoice::warp_specialized_two: return "wgmma-ws-2c";
     case ForwardChoice::warp_specialized_three: return "wgmma-ws-3c";
-    case ForwardChoice::warp_specialized_three_64: return "wgmma-ws-3c64";
     case ForwardChoice::production: break;
   }
   return "production";
@@ -64,12 +62,6 @@ void forward_with(ForwardChoice choice, const ForwardArgs& a, const AttentionOpt
     execute_forward(a, opt, plan, [&](const ForwardParams& p, cudaStream_t stream) {
       with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_mma_forward<D, kPaper>(p, plan.policy, stream); });
     });
-    return;
-  }
-  if (choice == ForwardChoice::warp_specialized_three_64) {
-    if (plan.walk != ForwardWalk::pipelined) throw std::invalid_argument("kernel lab wgmma-ws-3c64: this call does not take the fast path");
-    plan.kernel = ForwardKernel::warp_specialized, plan.ws_consumers = 3;
-    execute_forward(a, opt, plan, [&](const ForwardParams& p, cudaStream_t stream) { launch_ws_three_consumers_64(p, plan, stream); });
     return;
   }
   if (choice == ForwardChoice::warp_specialized || choice == ForwardChoice::warp_specialized_rounds ||

@@ -22,7 +22,6 @@ enum class ForwardChoice {
   warp_specialized_free,      // the same without the consumers' turns
   warp_specialized_two,       // the same with two consumers at D = 64 (ForwardPlan::ws_consumers)
   warp_specialized_three,     // the same with three consumers at D = 64
-  warp_specialized_three_64,  // three consumers of 64-key steps at D = 128 (lab/forward_ws_variants.cu)
 };
 enum class BackwardChoice {
   production,  // the wgmma backward
@@ -31,7 +30,7 @@ enum class BackwardChoice {
 };
 
 // Names: production, mma, wgmma-1wg, wgmma-serial (the former STABLEFLASH_FORWARD_KERNEL values),
-// wgmma-ws, wgmma-ws-rounds, wgmma-ws-tiles, wgmma-ws-free, wgmma-ws-2c, wgmma-ws-3c, wgmma-ws-3c64; production, mma
+// wgmma-ws, wgmma-ws-rounds, wgmma-ws-tiles, wgmma-ws-free, wgmma-ws-2c, wgmma-ws-3c; production, mma
 // (STABLEFLASH_BACKWARD_KERNEL), wgmma-dqwg.
 std::optional<ForwardChoice> parse_forward_choice(std::string_view name);
 std::optional<BackwardChoice> parse_backward_choice(std::string_view name);
@@ -48,8 +47,6 @@ int run_backward_parts(const std::string& shapes, int repeats);
 // `kernel_lab --forward-timeline` (lab/forward_timeline.cu): the warp-specialized forward with clock
 // stamps at every phase of its steps, at each BxHxTxD:causal|full of the comma-separated `shapes`;
 // prints where a step's cycles go.
-// `variant`: "production" (the plan's consumers and steps) or "3c64" (three consumers of 64-key
-// steps at head dim 128, as wgmma-ws-3c64).
-int run_forward_timeline(const std::string& shapes, const std::string& variant);
+int run_forward_timeline(const std::string& shapes);
 
 }  // namespace stableflash::attention::cuda::lab

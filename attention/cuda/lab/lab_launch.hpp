@@ -18,7 +18,4 @@ void launch_mma_backward_main(const BackwardParams& p, cudaStream_t stream);
 template <int D, bool kPaper>
 void launch_dqwg_backward_main(const BackwardParams& p, cudaStream_t stream);
 
-// the warp-specialized forward with three consumers of 64-key steps at head dim 128 (lab/forward_ws_variants.cu)
-void launch_ws_three_consumers_64(const ForwardParams& p, const ForwardPlan& plan, cudaStream_t stream);
-
 }  // namespace stableflash::attention::cuda::lab
