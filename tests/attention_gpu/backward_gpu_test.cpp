@@ -4,7 +4,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -216,11 +218,14 @@ TEST(BackwardGpu, DeltaAloneEqualsTheBackwardsDeltaBitForBit) {
 }
 
 // docs/numerics-contract.md keeps subnormals. With dO scaled into FP32's subnormal range (2^-128), most
-// of dQ, dK, dV are subnormal: every element the CPU oracle gives as a nonzero subnormal must be
-// nonzero on the GPU too, where the main kernel stores dQ itself (one key block, T = 128) and where
-// bulk reductions add it up (T = 384) or the CTAs add it in turns (deterministic). A flush to zero
-// anywhere on the way (the tensor cores' products, the bulk FP32 adds, the BF16 conversions) zeroes
-// them. The values themselves are the error bound's business (FusedBackward).
+// of dQ, dK, dV are subnormal. The GPU and the CPU oracle in the same `fused` numerics each round an
+// FP32 result to BF16 once, from FP32 values that differ by their accumulation order only (far
+// below a BF16 step), so they agree within one BF16 step at max|CPU| (2^-133 here: the subnormal
+// grid's); a flush to zero anywhere on the way (the tensor cores' products, the bulk FP32
+// adds, the BF16 conversions) zeroes values up to 2^-126, 128 of those steps. Where the main
+// kernel stores dQ itself (one key block, T = 128), where bulk reductions add it up (T = 384) and
+// where the CTAs add it in turns (deterministic). (The error bound against the FP64 reference
+// cannot tell: the naive BF16 implementation it scales with loses its subnormals' bits too.)
 TEST(BackwardGpu, GradientsKeepSubnormals) {
   SF_REQUIRE_GPU();
   constexpr float kSmallestNormal = 0x1p-126f;
@@ -233,15 +238,17 @@ TEST(BackwardGpu, GradientsKeepSubnormals) {
       opt.deterministic = deterministic;
       const Outputs g = run_gpu(in, opt, /*backward=*/true), c = run_cpu(in, opt, /*backward=*/true);
       const auto check = [&](const char* name, const std::vector<bf16>& gpu, const std::vector<bf16>& cpu) {
-        std::int64_t subnormal = 0, zeroed = 0;
-        for (std::size_t i = 0; i < cpu.size(); ++i) {
-          const float x = cpu[i].to_float();
-          if (x == 0.0f || std::fabs(x) >= kSmallestNormal) continue;
-          ++subnormal;
-          zeroed += gpu[i].to_float() == 0.0f;
-        }
+        std::int64_t subnormal = 0;
+        for (const bf16& x : cpu) subnormal += x.to_float() != 0.0f && std::fabs(x.to_float()) < kSmallestNormal;
         EXPECT_GT(subnormal, std::int64_t(cpu.size()) / 2) << name << ": the inputs no longer make most of it subnormal";
-        EXPECT_EQ(zeroed, 0) << name << ": " << zeroed << " of " << subnormal << " subnormal elements flushed to zero";
+        // one BF16 step at max|CPU|, and no finer than the subnormal grid's 2^-133
+        double largest = 0.0, worst = 0.0;
+        for (const bf16& x : cpu) largest = std::max(largest, double(std::fabs(x.to_float())));
+        const double step = std::max(std::ldexp(1.0, std::ilogb(largest) - 7), 0x1p-133);
+        for (std::size_t i = 0; i < cpu.size(); ++i) worst = std::max(worst, std::fabs(double(gpu[i].to_float()) - cpu[i].to_float()));
+        std::printf("subnormal-gradients T %d%s %s: %lld of %zu subnormal, |GPU - CPU| <= %.3f BF16 steps\n", t,
+                    deterministic ? " deterministic" : "", name, (long long)subnormal, cpu.size(), worst / step);
+        EXPECT_LE(worst, step) << name << ": |GPU - CPU| up to " << worst / step << " BF16 steps at max|CPU| = " << largest;
       };
       check("dq", g.dq, c.dq);
       check("dk", g.dk, c.dk);
