@@ -8,7 +8,7 @@
 // Key tiles: the kernels walk keys in sub-tiles of 64; the numerics' key tile (options.tile_k,
 // which `paper` numerics and the published policy's tie detection depend on) must be a multiple of
 // 64. `fused` numerics with a policy that needs no tie count decide the shift per key step of the
-// kernel that runs (64 keys in the one-warpgroup kernel at D = 128, 128 in the others; its error
+// kernel that runs (64 keys in the one-warpgroup kernel, 128 in the warp-specialized one; its error
 // bound, not bitwise equality, is the contract there; docs/cuda-kernels.md).
 #pragma once
 
