@@ -18,11 +18,6 @@ using namespace stableflash::attention;
 
 namespace {
 
-struct BenchShape {
-  AttentionShape shape;
-  bool causal = false;
-};
-
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -32,18 +27,18 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 // "BxHxTxD:causal" or "BxHxTxD:full" (Tq = Tk = T), optionally ":kvN" for N KV heads (grouped-query).
-BenchShape parse_shape(const std::string& s) {
+BenchShape parse_shape(const std::string& s, const char* flag) {
   const auto fields = split(s, ':');
   const std::string mask = fields.size() > 1 ? fields[1] : "causal", kv = fields.size() > 2 ? fields[2] : "";
   const auto parts = split(fields.empty() ? "" : fields[0], 'x');
   if (parts.size() != 4 || fields.size() > 3 || (mask != "causal" && mask != "full") || (!kv.empty() && kv.rfind("kv", 0) != 0))
-    throw std::invalid_argument("--shapes: expected BxHxTxD:causal|full[:kvN], got '" + s + "'");
+    throw std::invalid_argument(std::string(flag) + ": expected BxHxTxD:causal|full[:kvN], got '" + s + "'");
   BenchShape b;
   try {
     b.shape = {std::stoi(parts[0]), std::stoi(parts[1]), std::stoi(parts[2]), std::stoi(parts[2]), std::stoi(parts[3])};
     if (!kv.empty()) b.shape.kv_heads = std::stoi(kv.substr(2));
   } catch (const std::exception&) {
-    throw std::invalid_argument("--shapes: bad number in '" + s + "'");
+    throw std::invalid_argument(std::string(flag) + ": bad number in '" + s + "'");
   }
   b.causal = mask == "causal";
   return b;
@@ -68,13 +63,18 @@ double fwd_flop(const BenchShape& b) {
 
 }  // namespace
 
+std::vector<BenchShape> parse_bench_shapes(const std::string& list, const char* flag) {
+  std::vector<BenchShape> out;
+  for (const auto& s : split(list, ',')) out.push_back(parse_shape(s, flag));
+  return out;
+}
+
 int run_attention_bench(const AttentionBenchConfig& c, const attention::cuda::Kernels& kernels) {
   if (!cuda::built()) throw std::runtime_error("bench attention: this build has no CUDA kernels");
   if (!cuda::has_device()) throw std::runtime_error("bench attention: no CUDA device");
   const auto layout = parse_layout(c.layout);
   if (!layout) throw std::invalid_argument("--layout: expected bhtd or bthd");
-  std::vector<BenchShape> shapes;
-  for (const auto& s : split(c.shapes, ',')) shapes.push_back(parse_shape(s));
+  const std::vector<BenchShape> shapes = parse_bench_shapes(c.shapes);
   const auto numerics = parse_list(c.numerics, parse_numerics, "--numerics", "fused, paper");
   const auto policies = parse_list(c.policies, parse_shift_policy, "--policy", valid_names_shift_policy());
   const auto deltas = parse_list(c.delta_sources, parse_delta_source, "--delta-source", valid_names_delta_source());

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "stableflash/attention/cuda.hpp"
 
@@ -21,6 +22,14 @@ struct AttentionBenchConfig {
   bool no_check = false, deterministic = false;
   std::uint64_t seed = 0;
 };
+
+// One shape of --shapes: "BxHxTxD:causal|full[:kvN]" (Tq = Tk = T; kvN: N KV heads, grouped-query).
+struct BenchShape {
+  attention::AttentionShape shape;
+  bool causal = false;
+};
+// A comma-separated list of them; std::invalid_argument naming `flag` and the bad item otherwise.
+std::vector<BenchShape> parse_bench_shapes(const std::string& list, const char* flag = "--shapes");
 
 // Registers the table's flags on a (sub)command.
 void add_attention_bench_flags(CLI::App* app, AttentionBenchConfig& c);

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "execute.hpp"
-#include "lab/device_buffer.hpp"
+#include "lab/lab_support.cuh"
 #include "lab/backward_small_v1.cuh"
 #include "lab/lab.hpp"
 #include "launch.hpp"
@@ -35,10 +35,7 @@ enum class Fill { bf16_values, bf16_residuals, fp32_values };
 __global__ void fill_bits_kernel(std::uint32_t* out, std::int64_t n, std::uint64_t seed, Fill fill) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  std::uint64_t z = seed * 0x9e3779b97f4a7c15ull + std::uint64_t(i) + 1;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
+  const std::uint64_t z = counter_hash(seed, std::uint64_t(i));
   auto bf16 = [&](std::uint32_t r) -> std::uint32_t {
     const std::uint32_t exponent = fill == Fill::bf16_values ? 120 + r % 16 : 105 + r % 14;
     return ((r >> 8) & 0x8000u) | (exponent << 7) | ((r >> 16) & 0x7fu);

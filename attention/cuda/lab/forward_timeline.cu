@@ -19,7 +19,7 @@
 
 #include "execute.hpp"
 #include "forward_ws_kernel.cuh"
-#include "lab/device_buffer.hpp"
+#include "lab/lab_support.cuh"
 #include "lab/lab.hpp"
 #include "launch.hpp"
 #include "plan.hpp"
@@ -59,37 +59,11 @@ struct TimelineWsTraits : WsForwardTraits<D, C> {
   }
 };
 
-struct Shape {
-  int batch, heads, len, dim;
-  bool causal;
-};
-
-std::vector<Shape> parse_shapes(const std::string& list) {
-  std::vector<Shape> out;
-  std::size_t at = 0;
-  while (at <= list.size()) {
-    const std::size_t end = std::min(list.find(',', at), list.size());
-    const std::string item = list.substr(at, end - at);
-    Shape s{};
-    char mask[16] = {};
-    if (std::sscanf(item.c_str(), "%dx%dx%dx%d:%15s", &s.batch, &s.heads, &s.len, &s.dim, mask) != 5 || s.batch < 1 ||
-        s.heads < 1 || s.len < 1 || (std::string(mask) != "causal" && std::string(mask) != "full"))
-      throw std::invalid_argument("--timeline-shapes: expected BxHxTxD:causal or BxHxTxD:full, got '" + item + "'");
-    s.causal = std::string(mask) == "causal";
-    out.push_back(s);
-    at = end + 1;
-  }
-  return out;
-}
-
 // BF16 values in [-2, 2) from a counter hash.
 __global__ void fill_inputs_kernel(std::uint16_t* out, std::int64_t n, std::uint64_t seed) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  std::uint64_t z = seed * 0x9e3779b97f4a7c15ull + std::uint64_t(i) + 1;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
+  const std::uint64_t z = counter_hash(seed, std::uint64_t(i));
   const float x = (float(std::uint32_t(z >> 40)) / 16777216.0f) * 4.0f - 2.0f;
   out[i] = std::uint16_t(__float_as_uint(x) >> 16);
 }
@@ -142,10 +116,13 @@ void print_row(const char* what, Stats s, const char* note) {
 
 // The production call timed beside it is the plan's kernel (it says when the plan picks another).
 template <int D, int C>
-void run_shape(const Shape& s, int sms) {
+void run_shape(const MaskedShape& masked, int sms) {
   constexpr int kBlockK = WsForwardTraits<D, C>::kBlockK;
-  AttentionShape shape;
-  shape.batch = s.batch, shape.heads = s.heads, shape.q_len = shape.k_len = s.len, shape.head_dim = D;
+  const AttentionShape& shape = masked.shape;
+  if (shape.q_len != shape.k_len || shape.kv_heads != 0)
+    throw std::invalid_argument("--forward-timeline: Tq = Tk and multi-head shapes only (no :kvN)");
+  const bool causal = masked.causal;
+  const int len = shape.q_len;
   const std::size_t elements = std::size_t(shape.q_elements());
   DeviceBuffer<std::uint16_t> q(elements), k(elements), v(elements), o(elements), residual(elements);
   DeviceBuffer<float> lse(std::size_t(shape.rows()));
@@ -159,7 +136,7 @@ void run_shape(const Shape& s, int sms) {
   a.q = reinterpret_cast<const bf16*>(q.ptr), a.k = reinterpret_cast<const bf16*>(k.ptr), a.v = reinterpret_cast<const bf16*>(v.ptr);
   a.o = reinterpret_cast<bf16*>(o.ptr), a.o_residual = reinterpret_cast<bf16*>(residual.ptr), a.lse = lse.ptr;
   AttentionOptions opt;
-  opt.numerics = Numerics::fused, opt.policy = ShiftPolicy::standard, opt.causal = s.causal;
+  opt.numerics = Numerics::fused, opt.policy = ShiftPolicy::standard, opt.causal = causal;
   opt.delta_source = DeltaSource::compensated, opt.device = Device::cuda;
   check_supported_args(a, opt);
   ForwardPlan plan = plan_forward(a, opt, sms);
@@ -168,7 +145,7 @@ void run_shape(const Shape& s, int sms) {
   const int production_consumers = plan.ws_consumers;
   plan.kernel = ForwardKernel::warp_specialized, plan.ws_consumers = C, plan.schedule = TileSchedule::dynamic, plan.consumer_turns = true;
 
-  const int tiles = blocks_of(s.len, 64 * C) * s.heads * s.batch, ctas = std::min(tiles, sms);
+  const int tiles = blocks_of(len, 64 * C) * shape.heads * shape.batch, ctas = std::min(tiles, sms);
   DeviceBuffer<unsigned long long> steps(std::size_t(ctas) * C * kMaxPositions * kStepEvents);
   DeviceBuffer<unsigned long long> producer(std::size_t(ctas) * kMaxPositions * kProducerEvents);
   DeviceBuffer<unsigned long long> tile_marks(std::size_t(ctas) * C * kMaxRounds * kTileEvents);
@@ -226,9 +203,9 @@ void run_shape(const Shape& s, int sms) {
     }
   }
 
-  const double flops = 4.0 * s.batch * s.heads * double(s.len) * s.len * D * (s.causal ? 0.5 : 1.0);
+  const double flops = 4.0 * shape.batch * shape.heads * double(len) * len * D * (causal ? 0.5 : 1.0);
   const double peak_step = 2.0 * 2.0 * 64 * kBlockK * D / 4096.0;  // S and P V of one consumer step at 4,096 FLOP a clock and SM
-  std::printf("\n### %dx%dx%dx%d %s: %d consumers, %d-key steps, %d CTAs\n\n", s.batch, s.heads, s.len, D, s.causal ? "causal" : "full", C,
+  std::printf("\n### %dx%dx%dx%d %s: %d consumers, %d-key steps, %d CTAs\n\n", shape.batch, shape.heads, len, D, causal ? "causal" : "full", C,
               kBlockK, ctas);
   std::printf("production (%s%s): %.4f ms, %.1f TFLOP/s; stamped: %.4f ms, %.1f TFLOP/s (%.3fx)\n", production_kernel,
               plan.kernel == ForwardKernel::warp_specialized && production_consumers != C ? ", other consumer count" : "", production_ms,
@@ -277,23 +254,23 @@ void run_shape(const Shape& s, int sms) {
 
 }  // namespace
 
-int run_forward_timeline(const std::string& shapes) {
+int run_forward_timeline(const std::vector<MaskedShape>& shapes) {
   const int sms = multiprocessors();
   std::printf("forward timeline on %s (%d SMs): clock64 stamps by the first thread of each consumer warpgroup\n", device_name().c_str(), sms);
-  for (const Shape& s : parse_shapes(shapes)) {
+  for (const MaskedShape& s : shapes) {
 #if SF_CUDA_HD64
-    if (s.dim == 64) {
+    if (s.shape.head_dim == 64) {
       run_shape<64, 3>(s, sms);
       continue;
     }
 #endif
 #if SF_CUDA_HD128
-    if (s.dim == 128) {
+    if (s.shape.head_dim == 128) {
       run_shape<128, 2>(s, sms);
       continue;
     }
 #endif
-    throw std::invalid_argument("--forward-timeline: no kernels for head dim " + std::to_string(s.dim) + " in this build");
+    throw std::invalid_argument("--forward-timeline: no kernels for head dim " + std::to_string(s.shape.head_dim) + " in this build");
   }
   return 0;
 }

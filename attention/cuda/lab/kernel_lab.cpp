@@ -43,7 +43,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (backward_parts) return attention::cuda::lab::run_backward_parts(parts_shapes, parts_repeats);
-    if (forward_timeline) return attention::cuda::lab::run_forward_timeline(timeline_shapes);
+    if (forward_timeline) {
+      std::vector<attention::cuda::lab::MaskedShape> shapes;
+      for (const cli::BenchShape& b : cli::parse_bench_shapes(timeline_shapes, "--timeline-shapes")) shapes.push_back({b.shape, b.causal});
+      return attention::cuda::lab::run_forward_timeline(shapes);
+    }
     const auto f = attention::cuda::lab::parse_forward_choice(forward);
     const auto b = attention::cuda::lab::parse_backward_choice(backward);
     if (!f) throw std::invalid_argument("--forward-kernel: unknown kernel '" + forward + "'");

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "stableflash/attention/cuda.hpp"
 
@@ -45,8 +46,12 @@ Kernels kernels(ForwardChoice forward, BackwardChoice backward);
 int run_backward_parts(const std::string& shapes, int repeats);
 
 // `kernel_lab --forward-timeline` (lab/forward_timeline.cu): the warp-specialized forward with clock
-// stamps at every phase of its steps, at each BxHxTxD:causal|full of the comma-separated `shapes`;
-// prints where a step's cycles go.
-int run_forward_timeline(const std::string& shapes);
+// stamps at every phase of its steps, at each of `shapes` (Tq = Tk, multi-head); prints where a
+// step's cycles go.
+struct MaskedShape {
+  AttentionShape shape;
+  bool causal = false;
+};
+int run_forward_timeline(const std::vector<MaskedShape>& shapes);
 
 }  // namespace stableflash::attention::cuda::lab

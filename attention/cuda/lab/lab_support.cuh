@@ -1,11 +1,12 @@
-// A device allocation that frees itself, for the kernel lab's stand-alone modes
-// (lab/backward_parts.cu, lab/forward_timeline.cu). Host header.
+// What the kernel lab's stand-alone modes (lab/backward_parts.cu, lab/forward_timeline.cu) share:
+// device allocations that free themselves and the counter hash their input fills draw from.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "launch.hpp"
@@ -29,5 +30,13 @@ struct DeviceBuffer {
     return h;
   }
 };
+
+// 64 random bits for element i of a fill seeded with `seed` (SplitMix64's finalizer on a counter).
+__host__ __device__ inline std::uint64_t counter_hash(std::uint64_t seed, std::uint64_t i) {
+  std::uint64_t z = seed * 0x9e3779b97f4a7c15ull + i + 1;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 
 }  // namespace stableflash::attention::cuda::lab
