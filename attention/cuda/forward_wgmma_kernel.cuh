@@ -241,10 +241,15 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
 // copies after `sync` (the warpgroup's threads wait for each other). With kWaitReads the leader
 // waits until the copies have read the staging tiles (the CTA may exit or reuse them); a
 // persistent caller waits before its next epilogue instead (bulk_wait_group_read), by which time
-// the copies are long done.
-template <class Traits, bool kWaitReads = true, class Rows, class Sync>
+// the copies are long done. `staged(k)` is called once the outputs are staged (k = 0) and once the
+// warpgroup has synced (k = 1): the kernel lab's timeline stamps there (no-op otherwise).
+struct NoMarks {
+  __device__ void operator()(int) const {}
+};
+template <class Traits, bool kWaitReads = true, class Rows, class Sync, class Marks = NoMarks>
 __device__ __forceinline__ void store_outputs_by_tma(const ForwardParams& p, const Rows& rows, int m0, int h, int b, int t,
-                                                     std::uint32_t s_o, std::uint32_t s_r, bool leader, Sync&& sync) {
+                                                     std::uint32_t s_o, std::uint32_t s_r, bool leader, Sync&& sync,
+                                                     Marks&& staged = {}) {
   constexpr int D = Traits::kHeadDim;
   using Tile = WgmmaTile<64, D>;
   static_assert(D % 32 == 0, "stmatrix x4: four 8-column blocks at a time");
@@ -261,8 +266,10 @@ __device__ __forceinline__ void store_outputs_by_tma(const ForwardParams& p, con
     stmatrix_x4(s_o + off, o4);
     if (residual) stmatrix_x4(s_r + off, r4);
   });
+  staged(0);
   fence_proxy_async_smem();  // the copy engine reads what the threads wrote
   sync();                    // every thread of the warpgroup has staged its part
+  staged(1);
   if (leader) {
 #pragma unroll
     for (int x = 0; x < D / 64; ++x) {

@@ -68,7 +68,7 @@ struct KvRingPlace {
 // (ProducerMark, by ring position) and of each consumer's tiles (TileMark, by round). Production
 // traits have no timeline, and the calls below compile to nothing.
 enum class ProducerMark : int { tile_drawn, k_free, k_issued, v_free, v_issued, count };
-enum class TileMark : int { q_ready, walk_done, stored, count };
+enum class TileMark : int { q_ready, walk_done, store_free, staged, synced, stored, count };
 template <class Traits>
 concept HasTimeline = requires { Traits::mark_step(0, 0u); };
 template <class Traits>
@@ -324,7 +324,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
         if (tid == 0) bulk_wait_group_read<0>();
         consumer_sync();
       }
-      store_outputs_by_tma<Traits, false>(p, rows, m0c, h, b, t, s_oc, s_rc, tid == 0, consumer_sync);
+      mark_tile<Traits>(TileMark::store_free, round);
+      store_outputs_by_tma<Traits, false>(p, rows, m0c, h, b, t, s_oc, s_rc, tid == 0, consumer_sync, [round](int k) {
+        mark_tile<Traits>(k == 0 ? TileMark::staged : TileMark::synced, round);
+      });
     } else {
       ForwardEpilogue<Rows>::store(rows, p, b, h, t);
     }

@@ -186,12 +186,16 @@ void run_shape(const MaskedShape& masked, int sms) {
         period.add(double(next - m[int(StepMark::begin)]));
         ++steps_counted;
       }
-  Stats epilogue, tile_gap, producer_k_wait, producer_v_wait;
+  Stats epilogue, tile_gap, producer_k_wait, producer_v_wait, epilogue_part[kTileEvents];
   for (int cta = 0; cta < ctas; ++cta) {
     for (int c = 0; c < C; ++c)
       for (int r = 0; r < kMaxRounds; ++r) {
         const auto walked = tile_at(cta, c, r, TileMark::walk_done), stored = tile_at(cta, c, r, TileMark::stored);
-        if (walked && stored) epilogue.add(double(stored - walked));
+        if (walked && stored) {
+          epilogue.add(double(stored - walked));
+          for (int e = int(TileMark::store_free); e <= int(TileMark::stored); ++e)
+            epilogue_part[e].add(double(tile_at(cta, c, r, TileMark(e)) - tile_at(cta, c, r, TileMark(e - 1))));
+        }
         const auto next_q = r + 1 < kMaxRounds ? tile_at(cta, c, r + 1, TileMark::q_ready) : 0;
         if (stored && next_q) tile_gap.add(double(next_q - stored));
       }
@@ -224,6 +228,10 @@ void run_shape(const MaskedShape& masked, int sms) {
   print_row("to the next step", loop_back, "step over");
   print_row("period (begin to next begin)", period, "");
   print_row("epilogue (per tile)", epilogue, "walk and hand-back done");
+  print_row("- staging tiles free", epilogue_part[int(TileMark::store_free)], "walk and hand-back done");
+  print_row("- O, residual staged", epilogue_part[int(TileMark::staged)], "staging tiles free");
+  print_row("- warpgroup synced", epilogue_part[int(TileMark::synced)], "staged");
+  print_row("- copies issued, lse stored", epilogue_part[int(TileMark::stored)], "synced");
   print_row("next tile's Q (per tile)", tile_gap, "outputs stored");
   print_row("producer: wait for a free K stage", producer_k_wait, "previous V issued");
   print_row("producer: wait for a free V stage", producer_v_wait, "K issued");
