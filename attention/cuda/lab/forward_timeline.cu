@@ -39,23 +39,32 @@ struct TimelineRecord {
 };
 __device__ TimelineRecord g_record;
 
+// Where a stamp goes in each array, for the kernel that writes it and the host that reads it.
+__host__ __device__ inline std::size_t step_index(int consumers, int cta, int consumer, unsigned position, int e) {
+  return ((std::size_t(cta) * consumers + consumer) * kMaxPositions + position) * kStepEvents + e;
+}
+__host__ __device__ inline std::size_t producer_index(int cta, unsigned position, int e) {
+  return (std::size_t(cta) * kMaxPositions + position) * kProducerEvents + e;
+}
+__host__ __device__ inline std::size_t tile_index(int consumers, int cta, int consumer, int round, int e) {
+  return ((std::size_t(cta) * consumers + consumer) * kMaxRounds + round) * kTileEvents + e;
+}
+
 // The production traits plus the stamps (HasTimeline). Positions and rounds past the capacity are
 // not recorded.
 template <int D, int C>
 struct TimelineWsTraits : WsForwardTraits<D, C> {
   __device__ static void mark_step(int e, unsigned position) {
     if (threadIdx.x % 128 != 0 || position >= unsigned(kMaxPositions)) return;
-    const std::size_t consumer = threadIdx.x / 128 - 1;
-    g_record.steps[((blockIdx.x * std::size_t(C) + consumer) * kMaxPositions + position) * kStepEvents + e] = clock64();
+    g_record.steps[step_index(C, blockIdx.x, threadIdx.x / 128 - 1, position, e)] = clock64();
   }
   __device__ static void mark_producer(int e, unsigned position) {
     if (position >= unsigned(kMaxPositions)) return;
-    g_record.producer[(blockIdx.x * std::size_t(kMaxPositions) + position) * kProducerEvents + e] = clock64();
+    g_record.producer[producer_index(blockIdx.x, position, e)] = clock64();
   }
   __device__ static void mark_tile(int e, int round) {
     if (threadIdx.x % 128 != 0 || round >= kMaxRounds) return;
-    const std::size_t consumer = threadIdx.x / 128 - 1;
-    g_record.tiles[((blockIdx.x * std::size_t(C) + consumer) * kMaxRounds + round) * kTileEvents + e] = clock64();
+    g_record.tiles[tile_index(C, blockIdx.x, threadIdx.x / 128 - 1, round, e)] = clock64();
   }
 };
 
@@ -157,16 +166,10 @@ void run_shape(const MaskedShape& masked, int sms) {
   for (auto* b : {&steps, &producer, &tile_marks}) check_cuda(cudaMemset(b->ptr, 0, b->bytes()), "cudaMemset");
   stamped();
   check_cuda(cudaDeviceSynchronize(), "timeline forward");
-  std::vector<unsigned long long> st(steps.n), pr(producer.n), ti(tile_marks.n);
-  check_cuda(cudaMemcpy(st.data(), steps.ptr, steps.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  check_cuda(cudaMemcpy(pr.data(), producer.ptr, producer.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  check_cuda(cudaMemcpy(ti.data(), tile_marks.ptr, tile_marks.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
-
-  const auto step_at = [&](int cta, int c, int pos, StepMark e) {
-    return st[((std::size_t(cta) * C + c) * kMaxPositions + pos) * kStepEvents + int(e)];
-  };
-  const auto producer_at = [&](int cta, int pos, ProducerMark e) { return pr[(std::size_t(cta) * kMaxPositions + pos) * kProducerEvents + int(e)]; };
-  const auto tile_at = [&](int cta, int c, int round, TileMark e) { return ti[((std::size_t(cta) * C + c) * kMaxRounds + round) * kTileEvents + int(e)]; };
+  const std::vector<unsigned long long> st = steps.values(), pr = producer.values(), ti = tile_marks.values();
+  const auto step_at = [&](int cta, int c, int pos, StepMark e) { return st[step_index(C, cta, c, unsigned(pos), int(e))]; };
+  const auto producer_at = [&](int cta, int pos, ProducerMark e) { return pr[producer_index(cta, unsigned(pos), int(e))]; };
+  const auto tile_at = [&](int cta, int c, int round, TileMark e) { return ti[tile_index(C, cta, c, round, int(e))]; };
 
   // Phases of the steps that have a step after them in the same tile (and a P V product before
   // them: not a tile's first step).

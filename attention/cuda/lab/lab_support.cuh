@@ -29,6 +29,11 @@ struct DeviceBuffer {
     check_cuda(cudaMemcpy(h.data(), ptr, bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
     return h;
   }
+  std::vector<T> values() const {  // the same bytes as download(), as elements
+    std::vector<T> h(n);
+    check_cuda(cudaMemcpy(h.data(), ptr, bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    return h;
+  }
 };
 
 // 64 random bits for element i of a fill seeded with `seed` (SplitMix64's finalizer on a counter).
