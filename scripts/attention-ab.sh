@@ -16,9 +16,9 @@
 #   causal and full, the BF16 normalizer once), and the backward's (dq, dk, dv, delta too) in
 #   deterministic mode, both numerics (rows of up to 128 keys in the default mode too): what a change
 #   that claims the same bits must show.
-#   AB_SHAPES="BxHxTxD:causal|full,..." replaces the shapes; AB_POLICY (default hashed_offset) and
-#   AB_DELTA (default compensated) the options; --lab also runs scripts/forward-lab.sh on that
-#   variant (FORWARD_LAB_SHAPES, FORWARD_LAB_VARIANTS as there).
+#   AB_SHAPES="BxHxTxD:causal|full,..." replaces the shapes; AB_POLICY (default standard, the
+#   default attention's) and AB_DELTA (default compensated) the options; --lab also runs
+#   scripts/forward-lab.sh on that variant (FORWARD_LAB_SHAPES, FORWARD_LAB_VARIANTS as there).
 #
 # Output: the table on stdout and in $OUT/attention-ab.md (and $OUT/forward-lab.md with --lab); each
 # run's bench output (ab-NAME-ROUND.txt), the test, sanitizer and byte-comparison logs and the lab's
@@ -107,7 +107,7 @@ PY
   }
   for c in "d128 full" "d128 causal" "d64 full" "d64 causal" "d128long full" "d64 causal bf16"; do
     read -r input mask normalizer <<<"$c"
-    opts=(--numerics fused --policy "${AB_POLICY:-hashed_offset}" --delta-source compensated)
+    opts=(--numerics fused --policy "${AB_POLICY:-standard}" --delta-source compensated)
     [ "$mask" = causal ] && opts+=(--causal)
     [ -n "$normalizer" ] && opts+=(--normalizer "$normalizer")
     compare_outputs "$c" "$input" "${opts[@]}"
@@ -138,7 +138,7 @@ echo "=== bench, ${#variants[@]} variants alternating twice ($(date +%T))"
 files=()
 for round in 1 2; do
   for v in "${variants[@]}"; do
-    "$AB/$v"/stableflash bench attention --shapes "$shapes" --numerics fused --policy "${AB_POLICY:-hashed_offset}" \
+    "$AB/$v"/stableflash bench attention --shapes "$shapes" --numerics fused --policy "${AB_POLICY:-standard}" \
       --delta-source "${AB_DELTA:-compensated}" --windows 5 --no-check >"$OUT/ab-$v-$round.txt" 2>&1 ||
       { echo "bench of $v (round $round) failed"; status=1; }
   done
@@ -146,7 +146,7 @@ done
 for v in "${variants[@]}"; do files+=("$OUT/ab-$v-1.txt" "$OUT/ab-$v-2.txt"); done
 # bench rows: "B,H,T,D  mask  numerics  policy  delta  fwd_ms  fwd_TFLOP/s  bwd_ms  bwd_TFLOP/s  check"
 {
-  echo "TFLOP/s per variant (round 1, round 2; in parentheses the mean's ratio to ${variants[0]}), policy ${AB_POLICY:-hashed_offset}, δ ${AB_DELTA:-compensated}"
+  echo "TFLOP/s per variant (round 1, round 2; in parentheses the mean's ratio to ${variants[0]}), policy ${AB_POLICY:-standard}, δ ${AB_DELTA:-compensated}"
   echo
   printf '| shape | mask | pass |'; printf ' %s |' "${variants[@]}"; echo
   printf '|---|---|---|'; printf -- '---|%.0s' "${variants[@]}"; echo

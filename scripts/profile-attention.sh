@@ -7,14 +7,19 @@
 # issued back to back, the producer's mbarrier spin, the work outside the step loop).
 #
 #   GPU machine:  scripts/profile-attention.sh [BxHxTxD:causal|full]     # default 2x16x8192x128:full
-#   PROFILE_POLICY (default hashed_offset) and PROFILE_DELTA (default compensated) set our options;
+#   PROFILE_POLICY (default standard, the default attention's) and PROFILE_DELTA (default
+#   compensated) set our options;
 #   PROFILE_PASS=backward profiles the backward's main kernels instead (ours: attention_backward_wgmma,
 #   cuDNN's: its bprop kernel), the work counted as the forward's scores (each of the five products
 #   walks them once);
 #   STABLEFLASH_DEVBIN the packed binaries (default build-cuda/devbin, `scripts/device-check.sh pack`).
 #
-# Output: the table on stdout and in $OUT/profile-attention.md, the reports ($OUT/profile-{ours,cudnn}.ncu-rep)
-# and their source pages as CSV (default OUT=/tmp/stableflash-device). About 30 s on an H200.
+# Output: the table on stdout and in $OUT/profile-attention-SHAPE.md (SHAPE as given, ':' -> '-'), and
+# $OUT/profile-attention-SHAPE.tar.gz with both source pages as CSV and the logs (stall_table.py reads
+# the CSVs again here); two files a shape, so several shapes fit the device tool's eight files. The
+# Nsight Compute reports stay in $OUT/profile-{ours,cudnn}-SHAPE.ncu-rep only with PROFILE_KEEP_REPORTS=1
+# (tens of MB; open them in the Nsight Compute GUI). Default OUT=/tmp/stableflash-device. About 30 s
+# on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
@@ -24,6 +29,8 @@ shape=${1:-2x16x8192x128:full}
   { echo "shape: BxHxTxD:causal|full with D 64 or 128 (got '$shape')" >&2; exit 2; }
 B=${BASH_REMATCH[1]} H=${BASH_REMATCH[2]} T=${BASH_REMATCH[3]} D=${BASH_REMATCH[4]} mask=${BASH_REMATCH[5]}
 mkdir -p "$OUT"
+tag=${shape/:/-}
+work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT
 . scripts/device-libs.sh && require_devbin_program "$BIN" stableflash && use_device_libraries "$BIN"
 command -v ncu >/dev/null || { echo "ncu (Nsight Compute) is not on PATH" >&2; exit 2; }
 
@@ -36,10 +43,10 @@ esac
 sections=(--section WarpStateStats --section SourceCounters --section InstructionStats --section SpeedOfLight --section LaunchStats)
 status=0
 # Ours: the kernel the plan runs (launches 1-2 are the bench's warm-up).
-ncu --kernel-name regex:"$ours_kernel" --launch-skip 2 --launch-count 1 "${sections[@]}" -f -o "$OUT/profile-ours" \
-  "$BIN"/stableflash bench attention --shapes "$shape" --numerics fused --policy "${PROFILE_POLICY:-hashed_offset}" \
-  --delta-source "${PROFILE_DELTA:-compensated}" --windows 1 --no-check >"$OUT/profile-ours.log" 2>&1 ||
-  { echo "ncu of ours failed ($OUT/profile-ours.log)"; status=1; }
+ncu --kernel-name regex:"$ours_kernel" --launch-skip 2 --launch-count 1 "${sections[@]}" -f -o "$work/profile-ours" \
+  "$BIN"/stableflash bench attention --shapes "$shape" --numerics fused --policy "${PROFILE_POLICY:-standard}" \
+  --delta-source "${PROFILE_DELTA:-compensated}" --windows 1 --no-check >"$work/profile-ours.log" 2>&1 ||
+  { echo "ncu of ours failed ($work/profile-ours.log):"; tail -5 "$work/profile-ours.log"; status=1; }
 # cuDNN through PyTorch's SDPA (forward, or forward and backward)
 python_cudnn="
 import torch, torch.nn.functional as F
@@ -51,26 +58,30 @@ with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         if '$pass' == 'backward': o.backward(torch.randn_like(o))
 torch.cuda.synchronize()
 "
-ncu --kernel-name regex:"$cudnn_kernel" --launch-skip 2 --launch-count 1 "${sections[@]}" -f -o "$OUT/profile-cudnn" \
-  python3 -c "$python_cudnn" >"$OUT/profile-cudnn.log" 2>&1 || { echo "ncu of cuDNN failed ($OUT/profile-cudnn.log)"; status=1; }
+ncu --kernel-name regex:"$cudnn_kernel" --launch-skip 2 --launch-count 1 "${sections[@]}" -f -o "$work/profile-cudnn" \
+  python3 -c "$python_cudnn" >"$work/profile-cudnn.log" 2>&1 || { echo "ncu of cuDNN failed:"; tail -5 "$work/profile-cudnn.log"; status=1; }
 
 for r in ours cudnn; do
-  [ -f "$OUT/profile-$r.ncu-rep" ] || continue
-  ncu --import "$OUT/profile-$r.ncu-rep" --page source --csv --print-source sass >"$OUT/profile-$r.csv" 2>"$OUT/profile-$r-csv.log" ||
+  [ -f "$work/profile-$r.ncu-rep" ] || continue
+  ncu --import "$work/profile-$r.ncu-rep" --page source --csv --print-source sass >"$work/profile-$r.csv" 2>"$work/profile-$r-csv.log" ||
     { echo "cannot export $r's source page"; status=1; }
 done
-if [ -s "$OUT/profile-ours.csv" ] && [ -s "$OUT/profile-cudnn.csv" ]; then
+if [ -s "$work/profile-ours.csv" ] && [ -s "$work/profile-cudnn.csv" ]; then
   {
-    echo "$pass at $shape, ours (${PROFILE_POLICY:-hashed_offset} + ${PROFILE_DELTA:-compensated}) and cuDNN, one launch each under ncu"
+    echo "$pass at $shape, ours (${PROFILE_POLICY:-standard} + ${PROFILE_DELTA:-compensated}) and cuDNN, one launch each under ncu"
     echo
     # the work in warp-steps (a warp's 16 rows by 128 keys: 2,048 scores), causal counting visible keys only
     steps=$(python3 -c "b,h,t=$B,$H,$T; print(b*h*(t*(t+1)//2 if '$mask'=='causal' else t*t)/2048)")
-    python3 scripts/stall_table.py "$OUT/profile-ours.csv" "$OUT/profile-cudnn.csv" --names ours,cudnn --warp-steps "$steps"
-  } | tee "$OUT/profile-attention.md" || status=1
+    python3 scripts/stall_table.py "$work/profile-ours.csv" "$work/profile-cudnn.csv" --names ours,cudnn --warp-steps "$steps"
+  } | tee "$OUT/profile-attention-$tag.md" || status=1
   for r in ours cudnn; do  # duration, throughput, launch: the details page's summary lines
     echo; echo "== $r"
-    ncu --import "$OUT/profile-$r.ncu-rep" --page details 2>/dev/null |
+    ncu --import "$work/profile-$r.ncu-rep" --page details 2>/dev/null |
       grep -E "Duration|SM Frequency|Memory Throughput|Compute \(SM\)|Registers|Grid Size|Block Size|Shared Memory Config|Waves" 
-  done | tee -a "$OUT/profile-attention.md"
+  done | tee -a "$OUT/profile-attention-$tag.md"
+fi
+tar -C "$work" -czf "$OUT/profile-attention-$tag.tar.gz" $(cd "$work" && ls *.csv *.log 2>/dev/null) || status=1
+if [ "${PROFILE_KEEP_REPORTS:-0}" = 1 ]; then
+  for r in ours cudnn; do [ -f "$work/profile-$r.ncu-rep" ] && mv "$work/profile-$r.ncu-rep" "$OUT/profile-$r-$tag.ncu-rep"; done
 fi
 exit $status

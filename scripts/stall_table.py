@@ -9,7 +9,11 @@
   - for the opcodes with the most samples, their stall reasons;
   - the key loop (the shortest loop, closed by a backward branch, that runs 3/4 of the HGMMA) against
     the rest of the kernel: its share of the stall samples, its warp instructions per iteration,
-    and the instructions outside it per iteration (set-up, epilogue, producer: the per-tile costs).
+    and the instructions outside it per iteration (set-up, epilogue, producer: the per-tile costs);
+  - outside the key loop, the instructions with the most samples (offset from the kernel's first
+    instruction, SASS, share of all samples, reasons), a branch shown with the instruction before
+    it: a retry branch after `SYNCS.PHASECHK` is a wait on that mbarrier (Q, K/V), after `BAR` a
+    named barrier: where the per-tile time goes.
 
 Written for the forward's profile against cuDNN's (docs/benchmarks.md "Kernel history", tenth
 session): which instructions wait and on what. `scripts/profile-attention.sh` runs the profiles and
@@ -62,6 +66,7 @@ class Profile:
         self.samples = collections.Counter()
         self.by_reason = collections.Counter()
         self.op_reasons = collections.defaultdict(collections.Counter)
+        self.address_reasons = {}  # address -> Counter of reasons, where addresses are given
         for r in rows[header_at + 1:]:
             if len(r) < len(header):
                 continue
@@ -69,15 +74,19 @@ class Profile:
             executed, samples = number(r[col["Instructions Executed"]]), number(r[col["Warp Stall Sampling (All Samples)"]])
             self.executed[op] += executed
             self.samples[op] += samples
+            address = None
             if col_address is not None:
                 try:
-                    self.rows.append((int(r[col_address], 16), op, r[col["Source"]], executed, samples))
+                    address = int(r[col_address], 16)
+                    self.rows.append((address, op, r[col["Source"]], executed, samples))
                 except ValueError:
                     pass
             for i, h in reasons:
                 n = number(r[i])
                 self.by_reason[h] += n
                 self.op_reasons[op][h] += n
+                if address is not None and n:
+                    self.address_reasons.setdefault(address, collections.Counter())[h] += n
         self.total_samples = sum(self.by_reason.values())
         self.rows.sort()
 
@@ -96,6 +105,20 @@ class Profile:
             if all_hgmma and 4 * hgmma >= 3 * all_hgmma and (best is None or address - first < best[1] - best[0]):
                 best = (first, address)
         return best
+
+    def outside_loop_hotspots(self, top):
+        """The `top` instructions outside the key loop with the most samples, as (offset, SASS,
+        samples, reasons, previous SASS); [] without a loop or without addresses."""
+        loop = self.key_loop()
+        if loop is None or not self.rows:
+            return []
+        first, last = loop
+        base = self.rows[0][0]
+        previous = {self.rows[i][0]: self.rows[i - 1][2] for i in range(1, len(self.rows))}
+        outside = [row for row in self.rows if not first <= row[0] <= last and row[4] > 0]
+        outside.sort(key=lambda row: -row[4])
+        return [(a - base, sass, n, self.address_reasons.get(a, collections.Counter()), previous.get(a, ""))
+                for a, _, sass, _, n in outside[:top]]
 
     def loop_split(self):
         """Samples and executed instructions inside the key loop and outside it, and its iterations
@@ -168,6 +191,16 @@ def main():
         row("warp instructions per iteration", lambda sp: f"{sp['executed_in'] / max(sp['iterations'], 1):.0f}")
         row("outside it, per iteration", lambda sp: f"{(sp['executed_all'] - sp['executed_in']) / max(sp['iterations'], 1):.0f}")
         row("iterations (warp-level)", lambda sp: f"{sp['iterations']}")
+
+    for name, prof in zip(names, profiles):
+        hot = prof.outside_loop_hotspots(a.top)
+        if not hot:
+            continue
+        print(f"\n{name}: outside the key loop, the instructions with the most samples")
+        for offset, sass, n, why, before in hot:
+            top3 = ", ".join(f"{r[6:]} {c / max(n, 1):.0%}" for r, c in why.most_common(3))
+            after = f"   after: {' '.join(before.split())[:48]}" if opcode(sass) == "BRA" else ""
+            print(f"  +{offset:#07x} {' '.join(sass.split())[:44]:44s} {n / max(prof.total_samples, 1):6.1%}  ({top3}){after}")
 
     for name, prof in zip(names, profiles):
         print(f"\n{name}: the opcodes with the most samples and their three largest reasons")

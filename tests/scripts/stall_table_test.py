@@ -99,6 +99,16 @@ with tempfile.TemporaryDirectory() as d:
     for label, value in want.items():
         m = re.search(rf"^{re.escape(label)}\s+(\S+)$", out.stdout, re.M)
         check(f"{label} = {value}", m is not None and m.group(1) == value)
+    # outside the loop: its instructions with samples, most first, offsets from the first instruction,
+    # a branch with the instruction before it (the wait it retries)
+    outside = sorted((r for r in loop_rows if not 0x10 <= r[0] <= 0x30 and r[3] > 0), key=lambda r: -r[3])
+    hot = re.findall(r"^\s+\+(0x[0-9a-f]+) (.+?)\s+([0-9.]+)%  \((.*?)\)(?:\s+after: (.*))?$", out.stdout, re.M)
+    check(f"outside the loop: {len(outside)} instructions listed", len(hot) == len(outside))
+    check("most samples first: STS at +0x40", len(hot) > 0 and int(hot[0][0], 16) == 0x40 and hot[0][1].startswith("STS"))
+    total = sum(r[3] for r in loop_rows)
+    check(f"STS's share = {100 * 30 / total:.1f}%", len(hot) > 0 and abs(float(hot[0][2]) - 100 * 30 / total) < 0.05)
+    bra = [h for h in hot if h[1].startswith("@P1 BRA")]
+    check("the branch names the instruction before it", len(bra) == 1 and bra[0][4].startswith("BRA 0x10"))
     # without a backward branch around HGMMA there is no key loop and no key-loop section
     m = re.search(r"^stall samples in the loop\s+(\S+)$", text, re.M)
     check("no loop in the first page: no key-loop section", m is None)
