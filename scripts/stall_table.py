@@ -24,6 +24,7 @@ this script on the GPU machine.
 import argparse
 import collections
 import csv
+import functools
 import re
 import sys
 
@@ -90,10 +91,12 @@ class Profile:
         self.total_samples = sum(self.by_reason.values())
         self.rows.sort()
 
+    @functools.cached_property
     def key_loop(self):
         """(first, last) address of the key loop, or None: the shortest loop (a backward branch's
         target to the branch) whose body executes at least 3/4 of the kernel's HGMMA, so the step
-        loop rather than the tile loop around it, nor a span closed by an out-of-line retry path."""
+        loop rather than the tile loop around it, nor a span closed by an out-of-line retry path.
+        Searched once per profile (both the loop split and the hotspots outside it read it)."""
         all_hgmma = sum(e for _, o, _, e, _ in self.rows if o == "HGMMA")
         best = None
         for address, op, sass, _, _ in self.rows:
@@ -109,7 +112,7 @@ class Profile:
     def outside_loop_hotspots(self, top):
         """The `top` instructions outside the key loop with the most samples, as (offset, SASS,
         samples, reasons, previous SASS); [] without a loop or without addresses."""
-        loop = self.key_loop()
+        loop = self.key_loop
         if loop is None or not self.rows:
             return []
         first, last = loop
@@ -123,7 +126,7 @@ class Profile:
     def loop_split(self):
         """Samples and executed instructions inside the key loop and outside it, and its iterations
         (the executions of its first instruction), or None without a loop."""
-        loop = self.key_loop()
+        loop = self.key_loop
         if loop is None:
             return None
         first, last = loop
