@@ -94,29 +94,16 @@ struct Timing {
 Timing time_launches(const std::function<void()>& launch, DeviceBuffer<char>& flush, int repeats) {
   for (int i = 0; i < 3; ++i) launch();
   check_cuda(cudaDeviceSynchronize(), "warm-up");
-  cudaEvent_t a, b;
-  check_cuda(cudaEventCreate(&a), "cudaEventCreate");
-  check_cuda(cudaEventCreate(&b), "cudaEventCreate");
   std::vector<double> single;
-  float ms = 0.0f;
   for (int r = 0; r < repeats; ++r) {
     check_cuda(cudaMemsetAsync(flush.ptr, r & 0xff, flush.bytes()), "L2 flush");
-    check_cuda(cudaEventRecord(a), "cudaEventRecord");
+    EventPair events;
+    events.start();
     launch();
-    check_cuda(cudaEventRecord(b), "cudaEventRecord");
-    check_cuda(cudaEventSynchronize(b), "cudaEventSynchronize");
-    check_cuda(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
-    single.push_back(ms * 1e3);
+    single.push_back(events.stop_us());
   }
   std::sort(single.begin(), single.end());
-  check_cuda(cudaEventRecord(a), "cudaEventRecord");
-  for (int r = 0; r < repeats; ++r) launch();
-  check_cuda(cudaEventRecord(b), "cudaEventRecord");
-  check_cuda(cudaEventSynchronize(b), "cudaEventSynchronize");
-  check_cuda(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return {single[single.size() / 2], ms * 1e3 / repeats};
+  return {single[single.size() / 2], back_to_back_us(launch, repeats)};
 }
 
 void print_row(const char* what, double bytes, const Timing& old_t, const Timing& new_t, const char* same) {

@@ -88,20 +88,11 @@ void launch_stamped(const ForwardParams& p, const ForwardPlan& plan, cudaStream_
   check_cuda(cudaGetLastError(), "timeline forward launch");
 }
 
+// Milliseconds a launch takes back to back, after one to warm up.
 double time_ms(const std::function<void()>& launch, int repeats) {
   launch();
   check_cuda(cudaDeviceSynchronize(), "warm-up");
-  cudaEvent_t a, b;
-  check_cuda(cudaEventCreate(&a), "cudaEventCreate");
-  check_cuda(cudaEventCreate(&b), "cudaEventCreate");
-  check_cuda(cudaEventRecord(a), "cudaEventRecord");
-  for (int i = 0; i < repeats; ++i) launch();
-  check_cuda(cudaEventRecord(b), "cudaEventRecord");
-  check_cuda(cudaEventSynchronize(b), "cudaEventSynchronize");
-  float ms = 0;
-  check_cuda(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  return ms / repeats;
+  return back_to_back_us(launch, repeats) / 1e3;
 }
 
 struct Stats {
