@@ -11,8 +11,8 @@
 #                                              # kernel_lab and their libraries from build-cuda
 #   GPU machine (carry .ab):
 #     scripts/attention-ab.sh [--tests NAME[,NAME]] [--bits] [--lab NAME] NAME1 NAME2 [NAME3 ...]
-#   --bits: before the bench, the forward's outputs (o, lse, the residual) of NAME1 and NAME2 compared
-#   byte for byte (`stableflash attention --device cuda` on the same random inputs, D = 64 and 128,
+#   --bits: before the bench, the forward's outputs (o, lse, the residual) of every other variant
+#   compared with NAME1's byte for byte (`stableflash attention --device cuda` on the same random inputs, D = 64 and 128,
 #   causal and full, the BF16 normalizer once), and the backward's (dq, dk, dv, delta too) in
 #   deterministic mode, both numerics (rows of up to 128 keys in the default mode too): what a change
 #   that claims the same bits must show.
@@ -79,8 +79,8 @@ for v in "${tests[@]}"; do
 done
 
 if [ $bits = 1 ]; then
-  a=${variants[0]} b=${variants[1]}
-  echo "=== forward outputs of $a and $b, byte for byte ($(date +%T))"
+  a=${variants[0]}
+  echo "=== the outputs of ${variants[*]:1} against $a's, byte for byte ($(date +%T))"
   python3 - "$OUT" <<'PY' || { echo "cannot write the inputs (python3 with torch and safetensors)"; status=1; }
 import sys, torch
 from safetensors.torch import save_file
@@ -94,16 +94,24 @@ for name, (B, H, T, D) in {"bd128": (2, 4, 1000, 128), "bd64": (2, 6, 777, 64), 
     save_file({n: (torch.randn(B, H, T, D, generator=g) * (2 if n != "do" else 1)).to(torch.bfloat16) for n in ("q", "k", "v", "do")},
               f"{sys.argv[1]}/ab-bits-{name}.safetensors")
 PY
-  # Runs both variants on input $2 with the options after it and compares their outputs (label $1).
+  # Runs every variant on input $2 with the options after it and compares each one's outputs with
+  # the first's (label $1).
   compare_outputs() {
     local label=$1 input=$2 v
     shift 2
     rm -f "$OUT"/ab-bits-out-*.safetensors  # a failed run must not compare an earlier case's output
-    for v in "$a" "$b"; do
+    for v in "${variants[@]}"; do
       "$AB/$v"/stableflash attention "$OUT/ab-bits-$input.safetensors" -o "$OUT/ab-bits-out-$v.safetensors" --device cuda "$@" \
         >"$OUT/ab-bits-$v.log" 2>&1 || { echo "attention of $v failed ($label)"; status=1; }
     done
-    if cmp -s "$OUT/ab-bits-out-$a.safetensors" "$OUT/ab-bits-out-$b.safetensors"; then echo "same bytes: $label"; else echo "DIFFERENT: $label"; status=1; fi
+    for v in "${variants[@]:1}"; do
+      if cmp -s "$OUT/ab-bits-out-$a.safetensors" "$OUT/ab-bits-out-$v.safetensors"; then
+        echo "same bytes: $label ($v)"
+      else
+        echo "DIFFERENT: $label ($v against $a)"
+        status=1
+      fi
+    done
   }
   for c in "d128 full" "d128 causal" "d64 full" "d64 causal" "d128long full" "d64 causal bf16"; do
     read -r input mask normalizer <<<"$c"
