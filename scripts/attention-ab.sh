@@ -12,10 +12,10 @@
 #   GPU machine (carry .ab):
 #     scripts/attention-ab.sh [--tests NAME[,NAME]] [--bits] [--lab NAME] NAME1 NAME2 [NAME3 ...]
 #   --bits: before the bench, the forward's outputs (o, lse, the residual) of every other variant
-#   compared with NAME1's byte for byte (`stableflash attention --device cuda` on the same random inputs, D = 64 and 128,
-#   causal and full, the BF16 normalizer once), and the backward's (dq, dk, dv, delta too) in
-#   deterministic mode, both numerics (rows of up to 128 keys in the default mode too): what a change
-#   that claims the same bits must show.
+#   compared with NAME1's byte for byte (`stableflash attention --device cuda` on the same random
+#   inputs, D = 64 and 128, causal and full, the BF16 normalizer once), and the backward's (dq, dk,
+#   dv, delta too) in deterministic mode, both numerics (rows of up to 128 keys in the default mode
+#   too): what a change that claims the same bits must show.
 #   AB_SHAPES="BxHxTxD:causal|full,..." replaces the shapes; AB_POLICY (default standard, the
 #   default attention's) and AB_DELTA (default compensated) the options; --lab also runs
 #   scripts/forward-lab.sh on that variant (FORWARD_LAB_SHAPES, FORWARD_LAB_VARIANTS as there).
