@@ -95,9 +95,9 @@ Timing time_launches(const std::function<void()>& launch, DeviceBuffer<char>& fl
   for (int i = 0; i < 3; ++i) launch();
   check_cuda(cudaDeviceSynchronize(), "warm-up");
   std::vector<double> single;
+  EventPair events;
   for (int r = 0; r < repeats; ++r) {
     check_cuda(cudaMemsetAsync(flush.ptr, r & 0xff, flush.bytes()), "L2 flush");
-    EventPair events;
     events.start();
     launch();
     single.push_back(events.stop_us());

@@ -26,13 +26,13 @@ struct DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   ~DeviceBuffer() { cudaFree(ptr); }
   std::size_t bytes() const { return n * sizeof(T); }
-  std::vector<unsigned char> download() const {
-    std::vector<unsigned char> h(bytes());
-    check_cuda(cudaMemcpy(h.data(), ptr, bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
-    return h;
-  }
-  std::vector<T> values() const {  // the same bytes as download(), as elements
-    std::vector<T> h(n);
+  std::vector<unsigned char> download() const { return copy_out<unsigned char>(bytes()); }
+  std::vector<T> values() const { return copy_out<T>(n); }  // the same bytes as download(), as elements
+
+ private:
+  template <class U>
+  std::vector<U> copy_out(std::size_t count) const {
+    std::vector<U> h(count);
     check_cuda(cudaMemcpy(h.data(), ptr, bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
     return h;
   }
@@ -47,7 +47,7 @@ __host__ __device__ inline std::uint64_t counter_hash(std::uint64_t seed, std::u
 }
 
 // Two CUDA events on the default stream, destroyed with the object: start(), then stop_us() gives
-// the microseconds since (waiting for the stop event).
+// the microseconds since (waiting for the stop event); reusable for the next start().
 class EventPair {
  public:
   EventPair() {
