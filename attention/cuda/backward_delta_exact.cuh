@@ -1,7 +1,7 @@
 // The backward's `exact` delta (docs/numerics-contract.md `delta_source`): delta_i = FP32-rowsum
 // (dP_ij P_ij) over the keys row i sees, with dP = dO V^T and P = exp(S - lse), S = Q K^T: one
-// pass over the keys of its own, no O involved. For sm_90a, on the forward's primitives
-// (forward_wgmma_kernel.cuh): a warpgroup owns 64 query rows of one (b, h), 16 per warp (the m64
+// pass over the keys of its own, no O involved. For sm_90a, on the forward's tiles and products
+// (row_tiles.cuh): a warpgroup owns 64 query rows of one (b, h), 16 per warp (the m64
 // of a wgmma). A CTA is kDeltaExactWarpgroups<D> of them on consecutive row blocks, sharing the K
 // and V tiles: one at D = 64 (four CTAs share an SM and overlap each other's products and
 // arithmetic), two at D = 128 (half the K/V traffic from L2 at the same threads per SM). Q and dO
@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "kernel_params.cuh"
+#include "row_tiles.cuh"
 #include "stableflash/attention/rounding_points.hpp"
 #include "tma.cuh"
 #include "warp_mma.cuh"
@@ -50,26 +51,6 @@ struct DeltaExactStorage {
   std::uint64_t barriers[5];
   static_assert(kTile % 1024 == 0, "SW128 atoms are 1024-byte aligned");
 };
-
-// A [64, D] tile of rows row0.. of head (h, b) in 64 x 64 boxes (column block x at x * 8 KiB),
-// completing on `bar`; rows past the tensor's end arrive as zeros (and count as bytes).
-template <int D>
-__device__ __forceinline__ void load_rows(const CUtensorMap* map, std::uint32_t dst, int row0, int h, int b, std::uint32_t bar) {
-#pragma unroll
-  for (int x = 0; x < D / 64; ++x) tma_load_4d(dst + x * WgmmaTile<64, D>::kBlockBytes, map, 64 * x, row0, h, b, bar);
-}
-
-// C = A B^T for the warpgroup's 64 rows and 64 keys (S = Q K^T, dP = dO V^T); both [64, D]
-// K-major, step kk is 32 bytes into a 64-column block. Issued, not waited for.
-template <int D>
-__device__ __forceinline__ void issue_row_products(float (&c)[8][4], std::uint32_t s_a, std::uint32_t s_b) {
-  const Sw128Desc a(s_a, 16, 1024), bt(s_b, 16, 1024);
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const std::uint32_t off = (kk / 4) * WgmmaTile<64, D>::kBlockBytes + (kk % 4) * 32;
-    wgmma_ss<64>(c, a.at(off), bt.at(off), kk > 0);
-  }
-}
 
 // Grid (ceil(Tq / (64 W)), H, B), 128 W threads.
 template <int D, bool kPaper, int W>
@@ -117,8 +98,8 @@ __global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_const
   auto issue_kv = [&](int s) {
     const int slot = s & 1;
     mbar_arrive_expect_tx(bar_full(slot), 2 * kTile);
-    load_rows<D>(&p.tma_k, s_k0 + slot * kTile, s * BK, kv_h, b, bar_full(slot));
-    load_rows<D>(&p.tma_v, s_v0 + slot * kTile, s * BK, kv_h, b, bar_full(slot));
+    load_tile_boxes<D, 64>(&p.tma_k, s_k0 + slot * kTile, s * BK, kv_h, b, bar_full(slot));
+    load_tile_boxes<D, 64>(&p.tma_v, s_v0 + slot * kTile, s * BK, kv_h, b, bar_full(slot));
   };
   if (threadIdx.x == 0) {
     mbar_init(bar_qdo, 1);
@@ -128,8 +109,8 @@ __global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_const
       mbar_arrive_expect_tx(bar_qdo, 2 * W * kTile);
 #pragma unroll
       for (int w = 0; w < W; ++w) {  // rows wholly past Tq arrive as zeros (and are not stored)
-        load_rows<D>(&p.tma_q, s_q + w * kTile, m_cta + w * BQ, h, b, bar_qdo);
-        load_rows<D>(&p.tma_do, s_do + w * kTile, m_cta + w * BQ, h, b, bar_qdo);
+        load_tile_boxes<D, 64>(&p.tma_q, s_q + w * kTile, m_cta + w * BQ, h, b, bar_qdo);
+        load_tile_boxes<D, 64>(&p.tma_do, s_do + w * kTile, m_cta + w * BQ, h, b, bar_qdo);
       }
       issue_kv(0);
       if (n_steps > 1) issue_kv(1);
@@ -144,9 +125,9 @@ __global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_const
     mbar_wait(bar_full(slot), parity);
     float sc[NT][4], dp[NT][4];  // [64 rows, 64 keys]: this thread's rows 16 warp + g (+ 8), keys 8 nj + 2t (+ 1)
     wgmma_fence();
-    issue_row_products<D>(sc, s_q_wg, s_k0 + slot * kTile);
+    issue_scores<D, BK>(sc, s_q_wg, s_k0 + slot * kTile);
     wgmma_commit();
-    issue_row_products<D>(dp, s_do_wg, s_v0 + slot * kTile);
+    issue_scores<D, BK>(dp, s_do_wg, s_v0 + slot * kTile);
     wgmma_commit();
     wgmma_wait<1>();  // S has landed; dP may still run
     fence_registers(sc);

@@ -21,24 +21,12 @@
 
 #include "forward_rows.cuh"
 #include "kernel_params.cuh"
+#include "row_tiles.cuh"
 #include "tma.cuh"
 #include "warp_mma.cuh"
 #include "wgmma.cuh"
 
 namespace stableflash::attention::cuda {
-
-// S = Q K^T for the warpgroup's 64 rows and N keys into sc (sc[0][nj]: keys key0 + 8 nj); Q and
-// K are K-major, so step kk is 32 bytes into a 64-column block. Issued, not waited for.
-template <int D, int N>
-__device__ __forceinline__ void issue_scores(float (&sc)[1][N / 8][4], std::uint32_t s_q, std::uint32_t s_k) {
-  const Sw128Desc q(s_q, 16, 1024), k(s_k, 16, 1024);
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const std::uint32_t q_off = (kk / 4) * WgmmaTile<64, D>::kBlockBytes + (kk % 4) * 32;
-    const std::uint32_t k_off = (kk / 4) * WgmmaTile<N, D>::kBlockBytes + (kk % 4) * 32;
-    wgmma_ss<N>(sc[0], q.at(q_off), k.at(k_off), kk > 0);
-  }
-}
 
 // acc += BF16(P-bar) V over N keys: A from registers, V MN-major (keys step 2048 bytes per k16;
 // the 64-wide d blocks are a block of N rows apart). Issued, not waited for.
@@ -47,18 +35,6 @@ __device__ __forceinline__ void issue_pv(float (&acc)[D / 8][4], const std::uint
   const Sw128Desc v(s_v, WgmmaTile<N, D>::kBlockBytes, 1024);
 #pragma unroll
   for (int kk = 0; kk < N / 16; ++kk) wgmma_pv<D>(acc, pa[kk], v.at(kk * 2048));
-}
-
-// Copies a [rows, D] tile (rows a multiple of 64) into the SW128 layout with 64 x 64 boxes:
-// column block x at x * rows * 128 bytes, 64-row box r at r * 8 KiB within it.
-template <int D, int ROWS>
-__device__ __forceinline__ void load_tile(const CUtensorMap* map, std::uint32_t dst, int row0, int h, int b, std::uint32_t bar) {
-  mbar_arrive_expect_tx(bar, ROWS * D * 2);
-#pragma unroll
-  for (int x = 0; x < D / 64; ++x)
-#pragma unroll
-    for (int r = 0; r < ROWS / 64; ++r)
-      tma_load_4d(dst + x * WgmmaTile<ROWS, D>::kBlockBytes + r * 64 * 128, map, 64 * x, row0 + 64 * r, h, b, bar);
 }
 
 // The phases of a pipelined step (forward_pipelined_walk) at which a feed's mark() is called: the
@@ -134,7 +110,7 @@ __device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& row
   feed.mark(StepMark::turn_taken, j);
   float sc[1][BK / 8][4];
   wgmma_fence();
-  issue_scores<D, BK>(sc, s_q, feed.k(j));
+  issue_scores<D, BK>(sc[0], s_q, feed.k(j));
   wgmma_commit();
   if (j > 0) {
     feed.wait_v(j - 1);
@@ -370,7 +346,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
 
     float sc[MR][NT][4];
     wgmma_fence();
-    issue_scores<D, BK>(sc, s_q, s_k);
+    issue_scores<D, BK>(sc[0], s_q, s_k);
     wgmma_commit();
     wgmma_wait_all();
     fence_registers(sc[0]);
