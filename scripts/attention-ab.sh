@@ -14,8 +14,8 @@
 #   --bits: before the bench, the forward's outputs (o, lse, the residual) of every other variant
 #   compared with NAME1's byte for byte (`stableflash attention --device cuda` on the same random
 #   inputs, D = 64 and 128, causal and full, the BF16 normalizer once), and the backward's (dq, dk,
-#   dv, delta too) in deterministic mode, both numerics (rows of up to 128 keys in the default mode
-#   too): what a change that claims the same bits must show.
+#   dv, delta too) in deterministic mode, both numerics, with the compensated and the exact delta (rows
+#   of up to 128 keys in the default mode too): what a change that claims the same bits must show.
 #   AB_SHAPES="BxHxTxD:causal|full,..." replaces the shapes; AB_POLICY (default standard, the
 #   default attention's) and AB_DELTA (default compensated) the options; --lab also runs
 #   scripts/forward-lab.sh on that variant (FORWARD_LAB_SHAPES, FORWARD_LAB_VARIANTS as there).
@@ -127,6 +127,13 @@ PY
     opts=(--numerics "$numerics" --policy standard --delta-source compensated --deterministic)
     [ "$mask" = causal ] && opts+=(--causal)
     compare_outputs "backward $c" "$input" "${opts[@]}"
+  done
+  # The exact delta (its own pass over the keys, delta_exact_kernel), deterministic as above
+  for c in "bd128 causal fused" "bd128 full paper" "bd64 causal paper" "bd64 full fused"; do
+    read -r input mask numerics <<<"$c"
+    opts=(--numerics "$numerics" --policy standard --delta-source exact --deterministic)
+    [ "$mask" = causal ] && opts+=(--causal)
+    compare_outputs "backward exact delta $c" "$input" "${opts[@]}"
   done
   # One key block: a query block's dQ has one CTA's part, so the default mode's bits are
   # reproducible too; compared in it (the path the trainer takes at T <= 128)
