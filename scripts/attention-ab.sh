@@ -121,19 +121,15 @@ PY
     compare_outputs "$c" "$input" "${opts[@]}"
   done
   # The backward in deterministic mode (dQ added in key-block order; the other mode's bulk
-  # reductions add in any order): o, lse, dq, dk, dv and delta, byte for byte, both numerics.
-  for c in "bd128 causal fused" "bd128 full paper" "bd64 causal paper" "bd64 full fused"; do
-    read -r input mask numerics <<<"$c"
-    opts=(--numerics "$numerics" --policy standard --delta-source compensated --deterministic)
-    [ "$mask" = causal ] && opts+=(--causal)
-    compare_outputs "backward $c" "$input" "${opts[@]}"
-  done
-  # The exact delta (its own pass over the keys, delta_exact_kernel), deterministic as above
-  for c in "bd128 causal fused" "bd128 full paper" "bd64 causal paper" "bd64 full fused"; do
-    read -r input mask numerics <<<"$c"
-    opts=(--numerics "$numerics" --policy standard --delta-source exact --deterministic)
-    [ "$mask" = causal ] && opts+=(--causal)
-    compare_outputs "backward exact delta $c" "$input" "${opts[@]}"
+  # reductions add in any order): o, lse, dq, dk, dv and delta, byte for byte, both numerics, delta
+  # from the compensated output and the exact one (its own pass over the keys, delta_exact_kernel).
+  for delta in compensated exact; do
+    for c in "bd128 causal fused" "bd128 full paper" "bd64 causal paper" "bd64 full fused"; do
+      read -r input mask numerics <<<"$c"
+      opts=(--numerics "$numerics" --policy standard --delta-source "$delta" --deterministic)
+      [ "$mask" = causal ] && opts+=(--causal)
+      compare_outputs "backward $c, $delta delta" "$input" "${opts[@]}"
+    done
   done
   # One key block: a query block's dQ has one CTA's part, so the default mode's bits are
   # reproducible too; compared in it (the path the trainer takes at T <= 128)
