@@ -66,6 +66,19 @@ inline FlashRun run_flash(const Problem& p, const AttentionOptions& opt, bool ba
   return r;
 }
 
+// The naive BF16 implementation (the error bound's yardstick) on the same problem: o, dq, dk, dv.
+inline FlashRun run_naive_bf16(const Problem& p, const AttentionOptions& opt) {
+  FlashRun r;
+  r.o.resize(p.q.size()), r.dq.resize(p.q.size()), r.dk.resize(p.k.size()), r.dv.resize(p.k.size());
+  ForwardArgs fa = p.forward_args();
+  fa.o = r.o.data();
+  naive_bf16_forward(fa, opt);
+  BackwardArgs ba = p.backward_args();
+  ba.dq = r.dq.data(), ba.dk = r.dk.data(), ba.dv = r.dv.data();
+  naive_bf16_backward(ba, opt);
+  return r;
+}
+
 inline double max_abs(const std::vector<double>& x) {
   double m = 0.0;
   for (double v : x) m = std::max(m, std::fabs(v));

@@ -180,18 +180,7 @@ TEST(GroupedQuery, NaiveBf16EqualsRepeatedKvMhaBitwiseWithGroupSummedGradients) 
       const Twin tw(c.shape, ++seed, c.layout);
       AttentionOptions opt;
       opt.causal = causal;
-      auto run = [&](const testing::Problem& p) {
-        testing::FlashRun r;
-        r.o.resize(p.q.size()), r.dq.resize(p.q.size()), r.dk.resize(p.k.size()), r.dv.resize(p.k.size());
-        ForwardArgs fa = p.forward_args();
-        fa.o = r.o.data();
-        naive_bf16_forward(fa, opt);
-        BackwardArgs ba = p.backward_args();
-        ba.dq = r.dq.data(), ba.dk = r.dk.data(), ba.dv = r.dv.data();
-        naive_bf16_backward(ba, opt);
-        return r;
-      };
-      const testing::FlashRun g = run(tw.gqa), h = run(tw.mha);
+      const testing::FlashRun g = testing::run_naive_bf16(tw.gqa, opt), h = testing::run_naive_bf16(tw.mha, opt);
       EXPECT_TRUE(testing::bitwise_equal(g.o, h.o));
       EXPECT_TRUE(testing::bitwise_equal(g.dq, h.dq));
       EXPECT_TRUE(testing::bitwise_equal(g.dk, bf16_group_sum(h.dk, c.layout, c.shape)));

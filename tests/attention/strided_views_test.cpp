@@ -132,14 +132,7 @@ TEST(StridedViews, NaiveAndReferenceEqualThePackedRunBitForBit) {
     arena(kDo).place(v[kDo], pr.d_o);
 
     // naive BF16: o, dq, dk, dv
-    testing::FlashRun packed;
-    packed.o.resize(pr.q.size()), packed.dq.resize(pr.q.size()), packed.dk.resize(pr.k.size()), packed.dv.resize(pr.k.size());
-    ForwardArgs fp = pr.forward_args();
-    fp.o = packed.o.data();
-    naive_bf16_forward(fp, opt);
-    BackwardArgs bp = pr.backward_args();
-    bp.dq = packed.dq.data(), bp.dk = packed.dk.data(), bp.dv = packed.dv.data();
-    naive_bf16_backward(bp, opt);
+    const testing::FlashRun packed = testing::run_naive_bf16(pr, opt);
 
     ForwardArgs fs;
     fs.shape = s, fs.q = arena(kQ).at(v[kQ]), fs.k = arena(kK).at(v[kK]), fs.v = arena(kV).at(v[kV]);
