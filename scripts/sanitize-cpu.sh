@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU tests under AddressSanitizer and UndefinedBehaviorSanitizer (leak checks on): builds the
 # CPU targets with -fsanitize=address,undefined into ./build-asan (RelWithDebInfo, no CUDA) and runs
-# every CPU test there. Not part of `.ci/run` (the build alone takes ~20 minutes on two cores); run it
+# every CPU test there. Not part of `.ci/run` (the build alone took ~12 minutes on two cores); run it
 # before landing changes to the host code (trainer, data, oracle, CLI).
 #
 #   scripts/sanitize-cpu.sh [ctest arguments, e.g. -R Safetensors]
