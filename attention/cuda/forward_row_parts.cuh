@@ -58,9 +58,14 @@ __device__ void unpack_score_pairs(const std::uint32_t (&sp)[N][2], float (&sc)[
 //   paper: m and l are the row's shift and BF16 row sum as of its last finished unit
 //          (PaperRowState::end_unit moves them on), acc the current unit's FP32 P-bar * V.
 // acc[mi][nd][2 hf + e2] is column nd * 8 + 2t + e2 of row (mi, hf) (the C fragments).
-template <int MR, int DT>
+// A row that has seen no key has m = kUnseen: -inf in paper; in fused the lowest finite float, so
+// that its P-bar = exp(S - m) of masked scores (-inf) is 0 and its factor exp(m_old - m_new) is 0,
+// or 1 where it stays unseen (its acc and l are 0), with no test for -inf in every step: the
+// results of -inf with those tests (0 for exp(-inf - -inf)) wherever a row has a finite score.
+template <int MR, int DT, bool kPaper>
 struct OnlineSoftmax {
-  float m[MR][2];  // -inf until the row sees a key
+  static constexpr float kUnseen = kPaper ? -kInfinity : -__FLT_MAX__;
+  float m[MR][2];  // kUnseen until the row sees a key
   float l[MR][2];
   float acc[MR][DT][4];
 
@@ -68,7 +73,7 @@ struct OnlineSoftmax {
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi) {
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) m[mi][hf] = -kInfinity, l[mi][hf] = 0.0f;
+      for (int hf = 0; hf < 2; ++hf) m[mi][hf] = kUnseen, l[mi][hf] = 0.0f;
 #pragma unroll
       for (int nd = 0; nd < DT; ++nd)
 #pragma unroll
@@ -76,7 +81,12 @@ struct OnlineSoftmax {
     }
   }
 
-  __device__ bool seen(int mi, int hf) const { return m[mi][hf] != -kInfinity; }
+  // Whether the row has seen a key, given its full sum l_row. fused: a row whose maximum is the
+  // lowest finite score itself also has m = kUnseen, but its sum holds that maximum's term (>= exp(-1)).
+  __device__ bool seen(int mi, int hf, float l_row) const {
+    if constexpr (kPaper) return m[mi][hf] != -kInfinity;
+    return m[mi][hf] != kUnseen || l_row != 0.0f;
+  }
 
   // fused: the row moves to shift m_new with c = exp(m_old - m_new). kScaleAcc = false leaves acc
   // to rescale_acc (the pipelined walk still has a P-bar * V product in flight on it).
@@ -145,7 +155,7 @@ struct PaperRowState {
   // (s.acc, zeroed for the next unit) at the output rounding, O, l and the shadow moved on by
   // c_unit, and the row takes the unit's shift.
   template <class Bits>
-  __device__ void end_unit(OnlineSoftmax<MR, DT>& s, const ForwardParams& p, Bits bits, int mi, int hf) {
+  __device__ void end_unit(OnlineSoftmax<MR, DT, true>& s, const ForwardParams& p, Bits bits, int mi, int hf) {
     // every lane shuffles; the skip below is quad-uniform
     const float l_tile = paper::clamp_tile_sum(quad_sum(l_unit[mi][hf]));
     if (m_unit[mi][hf] == -kInfinity) return;  // the row skips this unit (acc stayed 0)

@@ -166,7 +166,7 @@ struct ForwardRows {
   EventCounters<MR> events;
   TopTwoPrepass<MR, kPaper> top2;
   std::conditional_t<kPaper, PaperRowState<MR, DT>, NoPaperRowState> paper_state;
-  OnlineSoftmax<MR, DT> softmax;
+  OnlineSoftmax<MR, DT, kPaper> softmax;
 
   // events_smem, top_smem: the CTA's ForwardRowEvents rows and this warpgroup's top-2 slots (null
   // where the kernel never counts or runs a pre-pass).
@@ -251,14 +251,18 @@ struct ForwardRows {
           fell = choice.fell_back;
           m_new = fmaxf(m_old, choice.m);
         }
-        // A row that has seen no key keeps acc = l = 0, so its factor is irrelevant (0 avoids NaN).
-        const float c = m_old == -kInfinity ? 0.0f : (kPaper ? paper::rescale(m_old, m_new) : fused::rescale_fast(m_old, m_new));
+        // A row that has seen no key keeps acc = l = 0, so its factor is irrelevant (paper: 0
+        // avoids the NaN of -inf - -inf; fused's finite kUnseen gives 0, or 1 where the row stays
+        // unseen, as does an inactive row's m_new = m_old: exp(0) = 1 exactly).
+        const float c = kPaper ? (m_old == -kInfinity ? 0.0f : paper::rescale(m_old, m_new)) : fused::rescale_fast(m_old, m_new);
         events.start_unit(mi, hf, fell);
         if constexpr (kPaper) {
           paper_state.start_unit(mi, hf, active, m_new, c);
+        } else if constexpr (kDeferAccRescale) {
+          deferred[mi][hf] = c;                                  // 1 where inactive
+          softmax.template move_shift<false>(mi, hf, m_new, c);  // l * 1, m_new = m_old where inactive
         } else {
-          if constexpr (kDeferAccRescale) deferred[mi][hf] = active ? c : 1.0f;
-          if (active) softmax.template move_shift<!kDeferAccRescale>(mi, hf, m_new, c);
+          if (active) softmax.template move_shift<true>(mi, hf, m_new, c);
         }
       }
   }
@@ -299,9 +303,8 @@ struct ForwardRows {
   __device__ void exponentiate_fused(const ForwardParams& p, float (&sc)[MR][N][4]) {
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi) {
-      float shift[2];  // the row's m; 0 for a row with no key in the unit (all its entries are -inf)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) shift[hf] = softmax.m[mi][hf] == -kInfinity ? 0.0f : softmax.m[mi][hf];
+      // the row's m; for a row with no key yet the finite kUnseen, against which -inf gives 0
+      const float shift[2] = {softmax.m[mi][0], softmax.m[mi][1]};
       float part[2];
 #pragma unroll
       for (int nj = 0; nj < N; ++nj)
@@ -431,7 +434,7 @@ struct ForwardEpilogue {
       for (int hf = 0; hf < 2; ++hf) {
         const int i = rows.row0 + row_offset(mi, hf);
         const float l_row = kPaper ? rows.softmax.l[mi][hf] : quad_sum(rows.softmax.l[mi][hf]);
-        if (kEveryRow || unsigned(i) < unsigned(p.q_len)) f(mi, hf, i, l_row, rows.softmax.seen(mi, hf));
+        if (kEveryRow || unsigned(i) < unsigned(p.q_len)) f(mi, hf, i, l_row, rows.softmax.seen(mi, hf, l_row));
       }
   }
 

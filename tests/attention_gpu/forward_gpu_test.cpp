@@ -1,6 +1,7 @@
 // The `fused` forward on the GPU against docs/numerics-contract.md's bound: max|O_gpu - O_ref| <= 2 x the naive
 // BF16 implementation's error + one BF16 ulp at max|O_ref|, over odd shapes, both layouts,
-// Tq != Tk, every shift policy, large logits; fully masked rows give o = 0 and lse = +inf.
+// Tq != Tk, every shift policy, large logits; fully masked rows give o = 0 and lse = +inf, a row of NaN
+// scores NaN as the CPU oracle does.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -127,6 +128,36 @@ TEST(FusedForwardGpu, FullyMaskedRowsAreZeroWithInfiniteLse) {
         EXPECT_EQ(g.delta[row], 0.0f);
       }
     EXPECT_EQ(g.ties.masked_rows, 2 * 130);
+  }
+}
+
+// A query row of NaN makes each of its scores NaN. The CPU oracle's row sum is then NaN, and with
+// it the row's O and lse; the GPU must give the same, not take the row for one that saw no key (O =
+// 0, lse = +inf), and leave every other row finite.
+TEST(FusedForwardGpu, ARowOfNanScoresIsNanAsInTheOracle) {
+  SF_REQUIRE_GPU();
+  // the warp-specialized kernel (full attention, 1,025 keys) and the one-warpgroup kernel (97)
+  for (const AttentionShape& s : {AttentionShape{1, 2, 1025, 1025, 128}, AttentionShape{1, 2, 97, 97, 64}}) {
+    Inputs in = random_inputs(s, Layout::bhtd, 11);
+    const std::size_t nan_row = std::size_t(s.q_len) + 40;  // head 1, query 40 ([B, H, T, D])
+    for (int d = 0; d < s.head_dim; ++d) in.q[nan_row * s.head_dim + d] = bf16::from_float(std::numeric_limits<float>::quiet_NaN());
+    AttentionOptions opt;
+    opt.numerics = Numerics::fused;
+    const Outputs g = run_gpu(in, opt, /*backward=*/false);
+    const Outputs c = run_cpu(in, opt, /*backward=*/false);
+    ASSERT_TRUE(std::isnan(c.lse[nan_row])) << "the oracle's row of NaN scores";
+    std::int64_t lse_differ = 0, o_differ = 0, nan_rows = 0;
+    for (std::size_t r = 0; r < c.lse.size(); ++r) {
+      nan_rows += std::isnan(g.lse[r]);
+      lse_differ += std::isnan(g.lse[r]) != std::isnan(c.lse[r]);
+      for (int d = 0; d < s.head_dim; ++d) {
+        const std::size_t i = r * s.head_dim + d;
+        o_differ += std::isnan(g.o[i].to_float()) != std::isnan(c.o[i].to_float());
+      }
+    }
+    EXPECT_EQ(nan_rows, 1) << "T = " << s.q_len;
+    EXPECT_EQ(lse_differ, 0) << "rows whose lse is NaN on one side only, T = " << s.q_len;
+    EXPECT_EQ(o_differ, 0) << "o elements NaN on one side only, T = " << s.q_len;
   }
 }
 
