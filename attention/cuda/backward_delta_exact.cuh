@@ -6,7 +6,9 @@
 // and V tiles: one at D = 64 (four CTAs share an SM and overlap each other's products and
 // arithmetic), two at D = 128 (half the K/V traffic from L2 at the same threads per SM). Q and dO
 // arrive once by bulk tensor copies (TMA), K and V in tiles of kDeltaExactKeys<D> keys (64 at D = 64,
-// 128 at 128) double buffered, thread 0 issuing every copy. Per warpgroup and key tile
+// 128 at 128) double buffered, one thread of a copy warp after the warpgroups issuing every copy
+// (it refills a slot once every consumer warp is done with it, so neither warpgroup waits for the
+// other). Per warpgroup and key tile
 //   S = Q K^T, dP = dO V^T            wgmma m64n64 / m64n128, both operands K-major from SW128 shared memory
 //                                     (the forward's S), committed as two groups: P is formed while
 //                                     dP is still on the tensor cores
@@ -58,9 +60,12 @@ struct DeltaExactStorage {
   static_assert(kTile % 1024 == 0 && kKvTile % 1024 == 0, "SW128 atoms are 1024-byte aligned");
 };
 
-// Grid (ceil(Tq / (64 W)), H, B), 128 W threads.
+// Threads of a CTA: W warpgroups and the copy warp.
+constexpr int delta_exact_threads(int warpgroups) { return 128 * warpgroups + 32; }
+
+// Grid (ceil(Tq / (64 W)), H, B), delta_exact_threads(W) threads.
 template <int D, bool kPaper, int W>
-__global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_constant__ BackwardParams p) {
+__global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(const __grid_constant__ BackwardParams p) {
   allow_dependent_launch();  // the main kernel's CTAs may start their prologue (they wait for this grid's end)
   constexpr int BQ = 64, BK = kDeltaExactKeys<D>, NT = BK / 8;
   using Storage = DeltaExactStorage<D, W, BK>;
@@ -74,8 +79,9 @@ __global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_const
   auto bar_free = [&](int slot) { return bar_qdo + 8 * (3 + slot); };
 
   // The warpgroup index broadcast from lane 0: warp-uniform to the compiler, so the addresses
-  // derived from it (wgmma descriptors) stay in uniform registers.
+  // derived from it (wgmma descriptors) stay in uniform registers. W: the copy warp.
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
+  const int copier = 128 * W;  // the copy warp's issuing thread
   // Causal rows late in the sequence see the most keys: their blocks start first (as the forward's).
   const bool causal = p.causal != 0;
   const int b = blockIdx.z, h = blockIdx.y, m_cta = (causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * (W * BQ);
@@ -85,14 +91,6 @@ __global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_const
   const std::int64_t row_base = (std::int64_t(b) * p.heads + h) * p.q_len;
   const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
 
-  int last[2];
-  float lse[2], part[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int i = m0 + warp * 16 + g + 8 * hf;
-    last[hf] = i < p.q_len ? last_key(i, p.q_len, p.k_len, causal) : -1;
-    lse[hf] = i < p.q_len ? p.lse[row_base + i] : __builtin_huge_valf();
-  }
   // keys up to the CTA's last row's last visible one (none for causal rows before the first key:
   // Tq > Tk); with two warpgroups the first one's last tile may be masked whole for it
   const int cta_last_row = m_cta + min(W * BQ, p.q_len - m_cta) - 1;  // no m_cta + 128 overflow
@@ -107,7 +105,7 @@ __global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_const
     load_tile_boxes<D, BK>(&p.tma_k, s_k0 + slot * kKvTile, s * BK, kv_h, b, bar_full(slot));
     load_tile_boxes<D, BK>(&p.tma_v, s_v0 + slot * kKvTile, s * BK, kv_h, b, bar_full(slot));
   };
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == copier) {
     mbar_init(bar_qdo, 1);
     for (int slot = 0; slot < 2; ++slot) mbar_init(bar_full(slot), 1), mbar_init(bar_free(slot), 4 * W);
     mbar_fence_init();
@@ -123,6 +121,24 @@ __global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_const
     }
   }
   __syncthreads();  // the barriers are initialized
+  if (wg == W) {  // the copy warp: slot s % 2 refilled with step s once step s - 2 is done with it
+    if (threadIdx.x == copier) {
+      for (int s = 2; s < n_steps; ++s) {
+        mbar_wait(bar_free(s & 1), ((s >> 1) - 1) & 1);
+        issue_kv(s);
+      }
+    }
+    return;
+  }
+
+  int last[2];
+  float lse[2], part[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = m0 + warp * 16 + g + 8 * hf;
+    last[hf] = i < p.q_len ? last_key(i, p.q_len, p.k_len, causal) : -1;
+    lse[hf] = i < p.q_len ? p.lse[row_base + i] : __builtin_huge_valf();
+  }
   if (n_steps > 0) mbar_wait(bar_qdo, 0);
 
   for (int s = 0; s < n_steps; ++s) {
@@ -157,12 +173,6 @@ __global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_const
     for (int nj = 0; nj < NT; ++nj)
 #pragma unroll
       for (int e = 0; e < 4; ++e) part[e / 2] += sc[nj][e] * (kPaper ? paper::dprob(dp[nj][e]) : dp[nj][e]);
-    // The slot's refill, once every warp's products are done with it (they arrive at about the
-    // same time: each warpgroup's products are one instruction stream).
-    if (threadIdx.x == 0 && s + 2 < n_steps) {
-      mbar_wait(bar_free(slot), parity);
-      issue_kv(s + 2);
-    }
   }
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
