@@ -63,6 +63,9 @@ std::vector<BwdCase> backward_cases() {
   out.push_back({2, 3, 300, 97, 128, true, bhtd, DeltaSource::exact, false, 1.0});
   out.push_back({1, 2, 200, 333, 64, false, bhtd, DeltaSource::exact, true, 1.0});
   out.push_back({2, 3, 200, 77, 64, true, bthd, DeltaSource::exact, false, 1.0});  // Tq > Tk: rows without keys
+  // exact at D = 128 over many K/V tiles (the pass refills its two slots: 1,000 and 700 keys)
+  out.push_back({1, 2, 200, 1000, 128, false, bthd, DeltaSource::exact, false, 1.0});
+  out.push_back({1, 2, 700, 700, 128, true, bhtd, DeltaSource::exact, true, 1.0});
   out.push_back({1, 2, 513, 513, 128, false, bthd, DeltaSource::compensated, true, 1.0});
   out.push_back({1, 2, 300, 300, 64, true, bhtd, rounded, false, 5.0});
   out.push_back({1, 2, 300, 300, 128, true, bhtd, DeltaSource::compensated, false, 3000.0});
