@@ -5,9 +5,11 @@
 // of a wgmma). A CTA is kDeltaExactWarpgroups<D> of them on consecutive row blocks, sharing the K
 // and V tiles: one at D = 64 (four CTAs share an SM and overlap each other's products and
 // arithmetic), two at D = 128 (half the K/V traffic from L2 at the same threads per SM). Q and dO
-// arrive once by bulk tensor copies (TMA), K and V in tiles of 64 keys double buffered, thread 0
-// issuing every copy. Per warpgroup and key tile
-//   S = Q K^T, dP = dO V^T            wgmma m64n64, both operands K-major from SW128 shared memory
+// arrive once by bulk tensor copies (TMA), K and V in tiles of kDeltaExactKeys<D> keys (64 at D = 64,
+// 128 at 128) double buffered, one thread of a copy warp after the warpgroups issuing every copy
+// (it refills a slot once every consumer warp is done with it, so neither warpgroup waits for the
+// other). Per warpgroup and key tile
+//   S = Q K^T, dP = dO V^T            wgmma m64n64 / m64n128, both operands K-major from SW128 shared memory
 //                                     (the forward's S), committed as two groups: P is formed while
 //                                     dP is still on the tensor cores
 //   part += P dP                      per element, in accumulator order (the mma.sync m16n8
@@ -37,28 +39,37 @@ namespace stableflash::attention::cuda {
 // causal); at D = 64 0.348-0.349 ms with one against 0.353-0.356 with two (16,12,1024,64 causal).
 template <int D>
 inline constexpr int kDeltaExactWarpgroups = D == 128 ? 2 : 1;
+// Keys per K/V tile: 128 at D = 128, where the products are m64n128 (an m64n64 pair of
+// shared-memory operands reads as many bytes from shared memory as the tensor cores multiply, which
+// leaves the copies of the next tiles no bandwidth), 64 at D = 64 (four CTAs an SM; 128-key tiles
+// would leave room for two).
+template <int D>
+inline constexpr int kDeltaExactKeys = D == 128 ? 128 : 64;
 
-// Shared memory of delta_exact_kernel: [64, D] tiles in the SW128 layout (wgmma.cuh), Q and dO one
-// per warpgroup; barriers: Q and dO arrived; K/V slot 0, 1 arrived (full); every warp is done
-// with slot 0, 1 (free).
-template <int D, int W>
+// Shared memory of delta_exact_kernel: tiles in the SW128 layout (wgmma.cuh), Q and dO [64, D] one
+// per warpgroup, K and V [BK, D]; barriers: Q and dO arrived; K/V slot 0, 1 arrived (full); every
+// warp is done with slot 0, 1 (free).
+template <int D, int W, int BK = kDeltaExactKeys<D>>
 struct DeltaExactStorage {
-  static constexpr int kTile = 64 * D * 2;
+  static constexpr int kTile = 64 * D * 2, kKvTile = BK * D * 2;
   std::uint16_t q[W][64 * D];
   std::uint16_t d_o[W][64 * D];
-  std::uint16_t k[2][64 * D];  // double buffered
-  std::uint16_t v[2][64 * D];
+  std::uint16_t k[2][BK * D];  // double buffered
+  std::uint16_t v[2][BK * D];
   std::uint64_t barriers[5];
-  static_assert(kTile % 1024 == 0, "SW128 atoms are 1024-byte aligned");
+  static_assert(kTile % 1024 == 0 && kKvTile % 1024 == 0, "SW128 atoms are 1024-byte aligned");
 };
 
-// Grid (ceil(Tq / (64 W)), H, B), 128 W threads.
+// Threads of a CTA: W warpgroups and the copy warp.
+constexpr int delta_exact_threads(int warpgroups) { return 128 * warpgroups + 32; }
+
+// Grid (ceil(Tq / (64 W)), H, B), delta_exact_threads(W) threads.
 template <int D, bool kPaper, int W>
-__global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_constant__ BackwardParams p) {
+__global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(const __grid_constant__ BackwardParams p) {
   allow_dependent_launch();  // the main kernel's CTAs may start their prologue (they wait for this grid's end)
-  constexpr int BQ = 64, BK = 64, NT = BK / 8;
-  using Storage = DeltaExactStorage<D, W>;
-  constexpr int kTile = Storage::kTile;
+  constexpr int BQ = 64, BK = kDeltaExactKeys<D>, NT = BK / 8;
+  using Storage = DeltaExactStorage<D, W, BK>;
+  constexpr int kTile = Storage::kTile, kKvTile = Storage::kKvTile;
   static_assert(offsetof(Storage, k) % 1024 == 0 && offsetof(Storage, v) % 1024 == 0, "SW128 atoms are 1024-byte aligned");
   extern __shared__ __align__(1024) unsigned char smem[];
   auto& shared = *reinterpret_cast<Storage*>(smem);
@@ -68,8 +79,9 @@ __global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_const
   auto bar_free = [&](int slot) { return bar_qdo + 8 * (3 + slot); };
 
   // The warpgroup index broadcast from lane 0: warp-uniform to the compiler, so the addresses
-  // derived from it (wgmma descriptors) stay in uniform registers.
+  // derived from it (wgmma descriptors) stay in uniform registers. W: the copy warp.
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
+  const int copier = 128 * W;  // the copy warp's issuing thread
   // Causal rows late in the sequence see the most keys: their blocks start first (as the forward's).
   const bool causal = p.causal != 0;
   const int b = blockIdx.z, h = blockIdx.y, m_cta = (causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * (W * BQ);
@@ -79,14 +91,6 @@ __global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_const
   const std::int64_t row_base = (std::int64_t(b) * p.heads + h) * p.q_len;
   const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
 
-  int last[2];
-  float lse[2], part[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int i = m0 + warp * 16 + g + 8 * hf;
-    last[hf] = i < p.q_len ? last_key(i, p.q_len, p.k_len, causal) : -1;
-    lse[hf] = i < p.q_len ? p.lse[row_base + i] : __builtin_huge_valf();
-  }
   // keys up to the CTA's last row's last visible one (none for causal rows before the first key:
   // Tq > Tk); with two warpgroups the first one's last tile may be masked whole for it
   const int cta_last_row = m_cta + min(W * BQ, p.q_len - m_cta) - 1;  // no m_cta + 128 overflow
@@ -97,11 +101,11 @@ __global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_const
   // K and V of step s into slot s % 2 (its free barrier passed, or never used yet)
   auto issue_kv = [&](int s) {
     const int slot = s & 1;
-    mbar_arrive_expect_tx(bar_full(slot), 2 * kTile);
-    load_tile_boxes<D, 64>(&p.tma_k, s_k0 + slot * kTile, s * BK, kv_h, b, bar_full(slot));
-    load_tile_boxes<D, 64>(&p.tma_v, s_v0 + slot * kTile, s * BK, kv_h, b, bar_full(slot));
+    mbar_arrive_expect_tx(bar_full(slot), 2 * kKvTile);
+    load_tile_boxes<D, BK>(&p.tma_k, s_k0 + slot * kKvTile, s * BK, kv_h, b, bar_full(slot));
+    load_tile_boxes<D, BK>(&p.tma_v, s_v0 + slot * kKvTile, s * BK, kv_h, b, bar_full(slot));
   };
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == copier) {
     mbar_init(bar_qdo, 1);
     for (int slot = 0; slot < 2; ++slot) mbar_init(bar_full(slot), 1), mbar_init(bar_free(slot), 4 * W);
     mbar_fence_init();
@@ -117,17 +121,35 @@ __global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_const
     }
   }
   __syncthreads();  // the barriers are initialized
+  if (wg == W) {  // the copy warp: slot s % 2 refilled with step s once step s - 2 is done with it
+    if (threadIdx.x == copier) {
+      for (int s = 2; s < n_steps; ++s) {
+        mbar_wait(bar_free(s & 1), ((s >> 1) - 1) & 1);
+        issue_kv(s);
+      }
+    }
+    return;
+  }
+
+  int last[2];
+  float lse[2], part[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = m0 + warp * 16 + g + 8 * hf;
+    last[hf] = i < p.q_len ? last_key(i, p.q_len, p.k_len, causal) : -1;
+    lse[hf] = i < p.q_len ? p.lse[row_base + i] : __builtin_huge_valf();
+  }
   if (n_steps > 0) mbar_wait(bar_qdo, 0);
 
   for (int s = 0; s < n_steps; ++s) {
     const int slot = s & 1;
     const std::uint32_t parity = (s >> 1) & 1;
     mbar_wait(bar_full(slot), parity);
-    float sc[NT][4], dp[NT][4];  // [64 rows, 64 keys]: this thread's rows 16 warp + g (+ 8), keys 8 nj + 2t (+ 1)
+    float sc[NT][4], dp[NT][4];  // [64 rows, BK keys]: this thread's rows 16 warp + g (+ 8), keys 8 nj + 2t (+ 1)
     wgmma_fence();
-    issue_scores<D, BK>(sc, s_q_wg, s_k0 + slot * kTile);
+    issue_scores<D, BK>(sc, s_q_wg, s_k0 + slot * kKvTile);
     wgmma_commit();
-    issue_scores<D, BK>(dp, s_do_wg, s_v0 + slot * kTile);
+    issue_scores<D, BK>(dp, s_do_wg, s_v0 + slot * kKvTile);
     wgmma_commit();
     wgmma_wait<1>();  // S has landed; dP may still run
     fence_registers(sc);
@@ -151,12 +173,6 @@ __global__ void __launch_bounds__(128 * W) delta_exact_kernel(const __grid_const
     for (int nj = 0; nj < NT; ++nj)
 #pragma unroll
       for (int e = 0; e < 4; ++e) part[e / 2] += sc[nj][e] * (kPaper ? paper::dprob(dp[nj][e]) : dp[nj][e]);
-    // The slot's refill, once every warp's products are done with it (they arrive at about the
-    // same time: each warpgroup's products are one instruction stream).
-    if (threadIdx.x == 0 && s + 2 < n_steps) {
-      mbar_wait(bar_free(slot), parity);
-      issue_kv(s + 2);
-    }
   }
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
