@@ -8,7 +8,7 @@
 #   FORWARD_LAB_SHAPES="BxHxTxD:causal|full,..." replaces the shapes; FORWARD_LAB_POLICY (default
 #   standard) and FORWARD_LAB_DELTA (default compensated) the options.
 # Variants: kernel_lab --forward-kernel's names (production, wgmma-1wg, wgmma-ws, wgmma-ws-rounds,
-# wgmma-ws-tiles, wgmma-ws-free, wgmma-ws-2c, wgmma-ws-3c, wgmma-serial, mma).
+# wgmma-ws-tiles, wgmma-ws-2c, wgmma-ws-3c, wgmma-serial, mma).
 #
 # Output: the table on stdout and in $OUT/forward-lab.md, each variant's kernel_lab output in
 # $OUT/forward-lab-VARIANT.txt (default OUT=/tmp/stableflash-device); exit status 1 if a run failed.

@@ -176,7 +176,6 @@ void execute_forward(const ForwardArgs& a, const AttentionOptions& opt, const Fo
   p.normalizer_bf16 = opt.normalizer == Normalizer::bf16;
   p.policy = opt.policy_params;
   p.walk = static_cast<int>(plan.walk);
-  p.consumer_turns = plan.consumer_turns;
   if (plan.kernel == ForwardKernel::warp_specialized && plan.schedule == TileSchedule::dynamic) p.tile_counters = next_tile_counters(stream);
   if (plan.tensor_maps) {
     const int kv_heads = s.resolved_kv_heads();

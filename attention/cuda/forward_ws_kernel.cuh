@@ -92,7 +92,7 @@ struct ProducerFeed {
   // softmax runs while the next one's products keep the tensor cores busy instead of every
   // consumer issuing at once and then all computing their softmax at once. Named barriers
   // turn_bar (this consumer's) and next_turn_bar, 256 threads each: this consumer and the one
-  // handing on. 0: no turns.
+  // handing on (set for the consumers; the producer takes no turns).
   int turn_bar = 0, next_turn_bar = 0;
 
   __device__ KvRingPlace place(int j) const { return {unsigned(first + j)}; }
@@ -109,12 +109,8 @@ struct ProducerFeed {
   // The walk's last S has landed: the producer may load this consumer's next Q while the walk's
   // last softmax, P V product and the epilogue run.
   __device__ void release_q() const { mbar_arrive(bars.q_empty(consumer)); }
-  __device__ void take_turn() const {
-    if (turn_bar) named_barrier_sync(turn_bar, 256);
-  }
-  __device__ void pass_turn() const {
-    if (turn_bar) named_barrier_arrive(next_turn_bar, 256);
-  }
+  __device__ void take_turn() const { named_barrier_sync(turn_bar, 256); }
+  __device__ void pass_turn() const { named_barrier_arrive(next_turn_bar, 256); }
   __device__ void end_step() const {}
   __device__ void mark(StepMark e, int j) const {
     if constexpr (HasTimeline<Traits>) Traits::mark_step(int(e), place(j).position);
@@ -290,10 +286,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   const auto consumer_sync = [c] { named_barrier_sync(1 + c, 128); };  // named barrier 1 + c: this consumer's threads
   ProducerFeed<Traits> tile_feed = feed;
   tile_feed.consumer = c;
-  if (p.consumer_turns) {  // named barriers 1 + C + c: consumer c's turn
-    tile_feed.turn_bar = 1 + C + c, tile_feed.next_turn_bar = 1 + C + (c + 1) % C;
-    if (c == 0) named_barrier_arrive(tile_feed.turn_bar, 256);  // the first turn is consumer 0's
-  }
+  // named barriers 1 + C + c: consumer c's turn
+  tile_feed.turn_bar = 1 + C + c, tile_feed.next_turn_bar = 1 + C + (c + 1) % C;
+  if (c == 0) named_barrier_arrive(tile_feed.turn_bar, 256);  // the first turn is consumer 0's
   for (int round = 0;; ++round) {
     mbar_wait(feed.bars.q(c), round & 1);
     mark_tile<Traits>(TileMark::q_ready, round);

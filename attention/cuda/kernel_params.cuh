@@ -57,7 +57,6 @@ struct ForwardParams {
   PolicyParams policy;
   int walk;          // ForwardWalk (plan.hpp): the plan's walk over the keys
   int store_by_tma;  // wgmma kernel: o (and o_residual) written by bulk copies (tma_o*); 0: element-wise
-  int consumer_turns;  // warp-specialized kernel: the consumers issue their products in turns (ProducerFeed)
   int* tile_counters;  // warp-specialized kernel: {next tile, CTAs done} (next_tile_counters); null: fixed rounds
 };
 

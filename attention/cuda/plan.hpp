@@ -66,7 +66,6 @@ struct ForwardPlan {
   TileSchedule schedule = TileSchedule::dynamic;  // warp_specialized
   int ws_consumers = 0;  // warp_specialized: consumer warpgroups of 64 rows per CTA (ws_consumers_for)
   int sms = 0;           // warp_specialized: the device's multiprocessors, the persistent grid's CTAs at most
-  bool consumer_turns = true;  // warp_specialized: the consumers issue their products in turns
   bool count_events = false;  // ForwardArgs::ties or head_ties: a counter record per query head in the workspace
   bool store_by_tma = false;  // o (and o_residual) rows 16-byte aligned: the epilogue's bulk stores
   bool tensor_maps = true;    // q, k, v read by bulk tensor copies (every production kernel; not the lab's mma.sync)

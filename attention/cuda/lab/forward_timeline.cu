@@ -143,7 +143,7 @@ void run_shape(const MaskedShape& masked, int sms) {
   if (plan.walk != ForwardWalk::pipelined) throw std::invalid_argument("--forward-timeline: this call does not take the fast path");
   const char* production_kernel = plan.kernel == ForwardKernel::warp_specialized ? "warp-specialized" : "one warpgroup";
   const int production_consumers = plan.ws_consumers;
-  plan.kernel = ForwardKernel::warp_specialized, plan.ws_consumers = C, plan.schedule = TileSchedule::dynamic, plan.consumer_turns = true;
+  plan.kernel = ForwardKernel::warp_specialized, plan.ws_consumers = C, plan.schedule = TileSchedule::dynamic;
 
   const int tiles = blocks_of(len, 64 * C) * shape.heads * shape.batch, ctas = std::min(tiles, sms);
   DeviceBuffer<unsigned long long> steps(std::size_t(ctas) * C * kMaxPositions * kStepEvents);

@@ -17,7 +17,6 @@ std::optional<ForwardChoice> parse_forward_choice(std::string_view name) {
   if (name == "wgmma-ws") return ForwardChoice::warp_specialized;
   if (name == "wgmma-ws-rounds") return ForwardChoice::warp_specialized_rounds;
   if (name == "wgmma-ws-tiles") return ForwardChoice::warp_specialized_per_tile;
-  if (name == "wgmma-ws-free") return ForwardChoice::warp_specialized_free;
   if (name == "wgmma-ws-2c") return ForwardChoice::warp_specialized_two;
   if (name == "wgmma-ws-3c") return ForwardChoice::warp_specialized_three;
   return std::nullopt;
@@ -36,7 +35,6 @@ std::string to_string(ForwardChoice c) {
     case ForwardChoice::warp_specialized: return "wgmma-ws";
     case ForwardChoice::warp_specialized_rounds: return "wgmma-ws-rounds";
     case ForwardChoice::warp_specialized_per_tile: return "wgmma-ws-tiles";
-    case ForwardChoice::warp_specialized_free: return "wgmma-ws-free";
     case ForwardChoice::warp_specialized_two: return "wgmma-ws-2c";
     case ForwardChoice::warp_specialized_three: return "wgmma-ws-3c";
     case ForwardChoice::production: break;
@@ -65,7 +63,7 @@ void forward_with(ForwardChoice choice, const ForwardArgs& a, const AttentionOpt
     return;
   }
   if (choice == ForwardChoice::warp_specialized || choice == ForwardChoice::warp_specialized_rounds ||
-      choice == ForwardChoice::warp_specialized_per_tile || choice == ForwardChoice::warp_specialized_free ||
+      choice == ForwardChoice::warp_specialized_per_tile ||
       choice == ForwardChoice::warp_specialized_two || choice == ForwardChoice::warp_specialized_three) {
     if (plan.walk == ForwardWalk::pipelined) {
       plan.kernel = ForwardKernel::warp_specialized;
@@ -75,7 +73,6 @@ void forward_with(ForwardChoice choice, const ForwardArgs& a, const AttentionOpt
     }
     if (choice == ForwardChoice::warp_specialized_rounds) plan.schedule = TileSchedule::rounds;
     if (choice == ForwardChoice::warp_specialized_per_tile) plan.schedule = TileSchedule::per_cta;
-    plan.consumer_turns = choice != ForwardChoice::warp_specialized_free;
   } else if (choice != ForwardChoice::production) {
     plan.kernel = ForwardKernel::one_warpgroup;
   }

@@ -20,7 +20,6 @@ enum class ForwardChoice {
   warp_specialized,  // the warp-specialized kernel wherever the plan takes the fast path (D = 64 too)
   warp_specialized_rounds,    // the same with tiles fixed in advance (TileSchedule::rounds)
   warp_specialized_per_tile,  // the same with one CTA per tile (TileSchedule::per_cta)
-  warp_specialized_free,      // the same without the consumers' turns
   warp_specialized_two,       // the same with two consumers at D = 64 (ForwardPlan::ws_consumers)
   warp_specialized_three,     // the same with three consumers at D = 64
 };
@@ -31,7 +30,7 @@ enum class BackwardChoice {
 };
 
 // Names: production, mma, wgmma-1wg, wgmma-serial (the former STABLEFLASH_FORWARD_KERNEL values),
-// wgmma-ws, wgmma-ws-rounds, wgmma-ws-tiles, wgmma-ws-free, wgmma-ws-2c, wgmma-ws-3c; production, mma
+// wgmma-ws, wgmma-ws-rounds, wgmma-ws-tiles, wgmma-ws-2c, wgmma-ws-3c; production, mma
 // (STABLEFLASH_BACKWARD_KERNEL), wgmma-dqwg.
 std::optional<ForwardChoice> parse_forward_choice(std::string_view name);
 std::optional<BackwardChoice> parse_backward_choice(std::string_view name);
