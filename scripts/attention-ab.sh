@@ -19,6 +19,8 @@
 #   AB_SHAPES="BxHxTxD:causal|full,..." replaces the shapes; AB_POLICY (default standard, the
 #   default attention's) and AB_DELTA (default compensated) the options; --lab also runs
 #   scripts/forward-lab.sh on that variant (FORWARD_LAB_SHAPES, FORWARD_LAB_VARIANTS as there).
+#   AB_TAG names this run's two output files (attention-ab-TAG.md, ab-logs-TAG.tar.gz), so that
+#   several runs in one device call (another δ source, other shapes) keep each other's results.
 #
 # Output: the table on stdout and in $OUT/attention-ab.md (and $OUT/forward-lab.md with --lab); each
 # run's bench output (ab-NAME-ROUND.txt), the test, sanitizer and byte-comparison logs and the lab's
@@ -56,6 +58,8 @@ done
 [ ${#variants[@]} -ge 2 ] || { echo "usage: scripts/attention-ab.sh [--tests NAME[,NAME]] [--bits] [--lab NAME] NAME1 NAME2 [...]" >&2; exit 2; }
 OUT=${OUT:-/tmp/stableflash-device}
 mkdir -p "$OUT"
+[[ "${AB_TAG:-}" =~ ^[A-Za-z0-9_-]*$ ]] || { echo "AB_TAG: letters, digits, - or _ (got '$AB_TAG')" >&2; exit 2; }
+tag=${AB_TAG:+-$AB_TAG}
 for v in "${variants[@]}" "${tests[@]}" ${lab:+"$lab"}; do
   [ -x "$AB/$v/stableflash" ] && continue
   [ -f "$AB/$v.tar.xz" ] || { echo "no $AB/$v.tar.xz: scripts/attention-ab.sh pack $v (here) and carry $AB" >&2; exit 2; }
@@ -169,7 +173,7 @@ for v in "${variants[@]}"; do files+=("$OUT/ab-$v-1.txt" "$OUT/ab-$v-2.txt"); do
         line = line sprintf(" %.1f, %.1f", A[k, a], A[k, a + 1]) (v > 0 && base > 0 ? sprintf(" (%.3f)", (A[k, a] + A[k, a + 1]) / base) : "") " |" }
       return line }
     END { for (i = 1; i <= n; i++) { print row(order[i], "fwd", F); print row(order[i], "bwd", B) } }' "${files[@]}"
-} | tee "$OUT/attention-ab.md"
+} | tee "$OUT/attention-ab$tag.md"
 
 if [ -n "$lab" ]; then
   echo "=== forward lab on $lab ($(date +%T))"
@@ -180,7 +184,7 @@ fi
 logs=()
 for f in "$OUT"/ab-*.txt "$OUT"/ab-*.log "$OUT"/forward-lab-*.txt; do [ -f "$f" ] && logs+=("$(basename "$f")"); done
 if [ ${#logs[@]} -gt 0 ]; then
-  tar -C "$OUT" -czf "$OUT/ab-logs.tar.gz" "${logs[@]}" && (cd "$OUT" && rm -f "${logs[@]}") || { echo "cannot archive the logs"; status=1; }
+  tar -C "$OUT" -czf "$OUT/ab-logs$tag.tar.gz" "${logs[@]}" && (cd "$OUT" && rm -f "${logs[@]}") || { echo "cannot archive the logs"; status=1; }
 fi
 echo "=== done (status $status, $(date +%T))"
 exit $status
