@@ -19,8 +19,9 @@
 #   AB_SHAPES="BxHxTxD:causal|full,..." replaces the shapes; AB_POLICY (default standard, the
 #   default attention's) and AB_DELTA (default compensated) the options; --lab also runs
 #   scripts/forward-lab.sh on that variant (FORWARD_LAB_SHAPES, FORWARD_LAB_VARIANTS as there).
-#   AB_TAG names this run's two output files (attention-ab-TAG.md, ab-logs-TAG.tar.gz), so that
-#   several runs in one device call (another δ source, other shapes) keep each other's results.
+#   AB_TAG names this run's two output files (the table's and the log archive's names end in -TAG
+#   before their extensions), so that several runs in one device call (another δ source, other
+#   shapes) keep each other's results.
 #
 # Output: the table on stdout and in $OUT/attention-ab.md (and $OUT/forward-lab.md with --lab); each
 # run's bench output (ab-NAME-ROUND.txt), the test, sanitizer and byte-comparison logs and the lab's
