@@ -21,6 +21,7 @@
 #   without the host's (short sequences are host-bound as eager calls, ours more than SDPA's)
 #   anywhere:     scripts/attention-sweep.sh --estimate                  # the grid and its time estimate, runs nothing
 #   SWEEP_SHAPES="BxHxTxD:causal|full,..." replaces the grid (the four benchmark shapes stay).
+#   SWEEP_EXTRA_DELTAS="exact" times more of our δ sources beside the default's and the rounded one.
 #   --rounds N (default 1): every shape measured N times, round after round (ours, then the peers'
 #   process), the table from the median times (attention-sweep-plot.py); a single measurement's
 #   spread is up to ±5% in the backward and the cure's cost, so N = 2 or 3 where those decide.
@@ -140,6 +141,10 @@ default_delta=$("$BIN"/stableflash train --print-config | sed -n 's/^attention\.
 echo "default attention: fused, policy ${default_policy:?}, delta_source ${default_delta:?}; the cure's cost: $default_delta vs rounded δ"
 deltas=$default_delta
 [ "$default_delta" = rounded ] || deltas="$default_delta,rounded"
+# SWEEP_EXTRA_DELTAS (e.g. exact): more δ sources of ours, timed beside the two (in the JSONL, not
+# the tables or plots, which read the default and the rounded δ)
+[[ "${SWEEP_EXTRA_DELTAS:-}" =~ ^[a-z,]*$ ]] || { echo "SWEEP_EXTRA_DELTAS: comma-separated δ sources (got '$SWEEP_EXTRA_DELTAS')" >&2; exit 2; }
+deltas="$deltas${SWEEP_EXTRA_DELTAS:+,$SWEEP_EXTRA_DELTAS}"
 
 if [ $interleaved = 1 ]; then
   step "benchmark: ours (the PyTorch op) x {$deltas}, cuDNN, FA2, interleaved in one process, $rounds round(s) (estimated ${est_ours} s)"

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "exact_delta_order.cuh"
 #include "kernel_params.cuh"
 #include "row_tiles.cuh"
 #include "stableflash/attention/rounding_points.hpp"
@@ -131,6 +132,10 @@ __global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(con
     return;
   }
 
+  // A row's keys fit one main-kernel CTA: this pass then adds in that kernel's order (attention_delta
+  // alone must give the backward's bits; a warp-uniform branch, one per key tile)
+  const bool one_block = p.k_len <= kExactDeltaGroups * kExactDeltaGroupKeys;
+  const auto mode_dprob = [](float dp) { return exact_delta_dprob<kPaper>(dp); };
   int last[2];
   float lse[2], part[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -169,10 +174,25 @@ __global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(con
     wgmma_wait<0>();  // dP has landed: this thread's products no longer read the slot
     fence_registers(dp);
     if (lane == 0) mbar_arrive(bar_free(slot));  // this warp no longer reads the slot
+    if (one_block) {  // exact_delta_order.cuh: 16-key groups, each summed as the main kernel sums it
 #pragma unroll
-    for (int nj = 0; nj < NT; ++nj)
+      for (int w = 0; w < BK / kExactDeltaGroupKeys; ++w)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) part[e / 2] += sc[nj][e] * (kPaper ? paper::dprob(dp[nj][e]) : dp[nj][e]);
+        for (int hf = 0; hf < 2; ++hf) {
+          float a[2];
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            const int e = 2 * hf + e2;
+            a[e2] = exact_delta_key_pair(sc[2 * w][e], mode_dprob(dp[2 * w][e]), sc[2 * w + 1][e], mode_dprob(dp[2 * w + 1][e]));
+          }
+          part[hf] = __fadd_rn(part[hf], quad_sum(__fadd_rn(a[0], a[1])));
+        }
+    } else {
+#pragma unroll
+      for (int nj = 0; nj < NT; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[e / 2] += sc[nj][e] * mode_dprob(dp[nj][e]);
+    }
   }
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {

@@ -37,6 +37,7 @@
 #include <type_traits>
 
 #include "backward_common.cuh"
+#include "exact_delta_order.cuh"
 #include "kernel_params.cuh"
 #include "stableflash/attention/rounding_points.hpp"
 #include "tma.cuh"
@@ -188,17 +189,29 @@ __device__ __forceinline__ void issue_scores_and_dprobs(float (&st)[NQ][4], floa
   wgmma_commit();
 }
 
+// BF16(P) as the A fragments of dV += P^T dO
+template <int NQ>
+__device__ __forceinline__ void pack_probs(const float (&st)[NQ][4], std::uint32_t (&pa)[NQ / 2][4]) {
+#pragma unroll
+  for (int nq = 0; nq < NQ; ++nq) {
+    pa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(st[nq][0], st[nq][1]);
+    pa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(st[nq][2], st[nq][3]);
+  }
+}
+
 // P at the mode's rounding points, in place of S^T (masked scores already -inf), and BF16(P) as
-// the A fragments of dV += P^T dO
-template <bool kPaper, int NQ>
+// the A fragments of dV += P^T dO; kPack false: P only (the caller packs later, pack_probs)
+template <bool kPaper, int NQ, bool kPack = true>
 __device__ __forceinline__ void form_probs(const BackwardParams& p, float (&st)[NQ][4], std::uint32_t (&pa)[NQ / 2][4],
                                            const float* s_lse, int t) {
 #pragma unroll
   for (int nq = 0; nq < NQ; ++nq) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) st[nq][e] = prob_of_score<kPaper>(p, st[nq][e], s_lse[nq * 8 + 2 * t + (e & 1)]);
-    pa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(st[nq][0], st[nq][1]);
-    pa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(st[nq][2], st[nq][3]);
+    if constexpr (kPack) {
+      pa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(st[nq][0], st[nq][1]);
+      pa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(st[nq][2], st[nq][3]);
+    }
   }
 }
 
@@ -235,6 +248,10 @@ struct BackwardBarriers {
   static constexpr int kDqHandshake = 128 + 32;  // a consumer and its reducing warp
   __device__ static int dq_full(int consumer) { return 2 + consumer; }
   __device__ static int dq_empty(int consumer) { return 4 + consumer; }
+  // the delta inside the main kernel (block_exact_delta): both consumers' groups stored, a
+  // consumer's delta formed
+  static constexpr int kDeltaGroups = 7;
+  __device__ static int delta_formed(int consumer) { return 8 + consumer; }
 };
 
 // Query block i of a CTA's walk: its slot and which use of the slot it is (the phase of the slot's
@@ -246,8 +263,9 @@ struct QuerySlot {
 };
 
 // Producer warp 1: lse and delta of the CTA's query blocks into their slots, a block ahead of the
-// consumers (rows past Tq: lse = +inf, so P = 0 there, and delta = 0).
-template <class Traits>
+// consumers (rows past Tq: lse = +inf, so P = 0 there, and delta = 0). kLoadDelta false: the
+// consumers form the delta themselves (DeltaPass::in_main), lse only.
+template <class Traits, bool kLoadDelta>
 __device__ __forceinline__ void produce_row_values(const BackwardParams& p, typename Traits::SharedStorage& shared,
                                                    const BackwardBarriers<Traits::kSlots>& bars, std::int64_t row_base, int qb_begin,
                                                    int qb_end, int lane) {
@@ -259,7 +277,7 @@ __device__ __forceinline__ void produce_row_values(const BackwardParams& p, type
     for (int r = lane; r < BQ; r += 32) {
       const int q = qb * BQ + r;
       shared.rowvals[at.slot][0][r] = q < p.q_len ? p.lse[row_base + q] : __builtin_huge_valf();
-      shared.rowvals[at.slot][1][r] = q < p.q_len ? p.delta[row_base + q] : 0.0f;
+      if constexpr (kLoadDelta) shared.rowvals[at.slot][1][r] = q < p.q_len ? p.delta[row_base + q] : 0.0f;
     }
     mbar_arrive(bars.full(at.slot));  // release: the stores above are seen after the slot's wait
   }
@@ -321,9 +339,14 @@ __device__ __forceinline__ void zero_unseen_dq_blocks(const BackwardParams& p, i
 // allocation and added spills inside the walk). Its consumers store dQ to global memory themselves:
 // staged through shared memory for the producer's warps to copy, compute-sanitizer's racecheck
 // reported the named-barrier hand-over between the two (generic reads, unlike the bulk reduction's).
-template <class Traits, bool kDqDirect>
+// kDeltaInMain (DeltaPass::in_main, one key block only): the consumers form the exact delta of each
+// query block from their P and dP (block_exact_delta, exact_delta_order.cuh) before its dS, and store
+// it; no pass before this kernel computes it, the producer loads lse only. The consumers then meet
+// once per block, so they start together (no stagger).
+template <class Traits, bool kDqDirect, bool kDeltaInMain = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_backward_wgmma_kernel(const __grid_constant__ BackwardParams p) {
+  static_assert(kDqDirect || !kDeltaInMain, "the delta inside the main kernel needs every key of a row in the CTA");
   constexpr int D = Traits::kHeadDim, BQ = Traits::kBlockQ, BK = Traits::kBlockK, GK = Traits::kGroupKeys;
   constexpr int NQ = Traits::kQueryTiles, DT = Traits::kDimTiles, kSlots = Traits::kSlots;
   constexpr bool kPaper = Traits::kPaper, kAlternate = Traits::kDqAlternate, kSplitScores = Traits::kSplitScores;
@@ -388,9 +411,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         }
       }
     } else if (warp == 1) {
-      produce_row_values<Traits>(p, shared, bars, row_base, qb_begin, qb_end, lane);
+      produce_row_values<Traits, !kDeltaInMain>(p, shared, bars, row_base, qb_begin, qb_end, lane);
     } else if (kDqDirect) {
       zero_unseen_dq_blocks<Traits>(p, warp - 2, b, h, qb_begin, lane);
+      if (kDeltaInMain && warp == 2) {  // rows before the walk's first block see no key: delta 0, as the pass writes
+        for (int q = lane; q < min(qb_begin * BQ, p.q_len); q += 32) p.delta[row_base + q] = 0.0f;
+      }
     } else if (!p.deterministic) {
       const int c = warp - 2;
       reduce_dq_tiles<Traits>(bars, dq_head, s_dq + c * Traits::kDqTile, c, qb_begin, qb_end, lane);
@@ -414,6 +440,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const std::uint32_t s_dq_group = s_dq + cw * Traits::kDqTile;
   const int key_row = warp * 16;
   const auto consumers_sync = [] { named_barrier_sync(Bars::kConsumers, kConsumerThreads); };
+  // kDeltaInMain: the delta of walk block j from the block's P (st) and dP^T (dpt), in the unused dQ
+  // staging tiles: two partials buffers [8 groups][64 queries], then each consumer's delta [64]
+  const auto exact_delta_of_block = [&](int j, const float (&st)[NQ][4], const float (&dpt)[NQ][4]) {
+    float* scratch = &shared.dq[0][0];
+    const int q0 = (qb_begin + j) * BQ;
+    return block_exact_delta<kPaper, NQ>(st, dpt, scratch + (j & 1) * kExactDeltaGroups * BQ, scratch + 2 * kExactDeltaGroups * BQ + cw * BQ,
+                                         cw, tid, Bars::kDeltaGroups, Bars::delta_formed(cw), p.delta + row_base + q0, p.q_len - q0);
+  };
+  static_assert(!kDeltaInMain || (2 * kExactDeltaGroups + Traits::kWarpgroups) * BQ <= int(sizeof(shared.dq) / sizeof(float)),
+                "the delta's scratch fits the dQ staging tiles");
   // kDqDirect: the dQ part of walk block j is final (one key block), so it goes to dq as BF16 here,
   // as the conversion would write it: 0 + acc first (the workspace's sum: a -0 part reads +0 there),
   // then mul_rn by the scale (fused; paper's dS has it) and RN
@@ -500,7 +536,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       pass_turn(turn, kb + 1, ctid == 0, consumers_sync);  // its barrier also ends the reads of the dQ tiles
     };
     const int n_walk = qb_end - qb_begin;
-    if (cw == 1 && n_walk > 0) named_barrier_sync(Bars::kStagger, kConsumerThreads);
+    if (!kDeltaInMain && cw == 1 && n_walk > 0) named_barrier_sync(Bars::kStagger, kConsumerThreads);
     // Block i of the walk; kFirst: i = 0, which has no previous block's dQ (a separate copy: with a
     // run-time condition on the dQ product ptxas serialized the head dim 128 kernel's wgmma, C7512)
     const auto walk_block = [&](int i, auto first) {
@@ -523,13 +559,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // element (nq, e) is key group_k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
       // P overwrites S^T in place.
       const float* s_lse = shared.rowvals[slot][0];
-      const float* s_delta = shared.rowvals[slot][1];
+      const float* s_delta = shared.rowvals[slot][1];  // kDeltaInMain: replaced once dP^T has landed
       const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
       if (need_mask) mask_transposed_scores(p, st, group_k0 + key_row + g, q0, t, causal);
       std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
-      form_probs<kPaper>(p, st, pa, s_lse, t);
+      // kDeltaInMain: BF16(P) packed after dS, so that it is not live across the delta's barriers
+      form_probs<kPaper, NQ, !kDeltaInMain>(p, st, pa, s_lse, t);
       wgmma_wait<0>();
       fence_registers(dpt);
+      if constexpr (kDeltaInMain) s_delta = exact_delta_of_block(i, st, dpt);
       const std::uint32_t s_ds_buf = ds_buffer(i);
 #pragma unroll
       for (int nq = 0; nq < NQ; ++nq) {
@@ -544,6 +582,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
         }
       }
+      if constexpr (kDeltaInMain) pack_probs(st, pa);
       fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the arrival (barrier) below
       mbar_arrive(bars.ds_full(i % Traits::kDsBuffers, cw));
 
@@ -552,7 +591,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const bool dq_before = !kFirst && has_dq(i - 1);
       if (dq_before) wait_ds(i - 1);
       issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
-      if (kFirst && cw == 0) named_barrier_arrive(Bars::kStagger, kConsumerThreads);  // consumer 1 may start
+      if (!kDeltaInMain && kFirst && cw == 0) named_barrier_arrive(Bars::kStagger, kConsumerThreads);  // consumer 1 may start
       float acc_dq[8][4];
       if (dq_before) issue_dq(i - 1, acc_dq);
       wgmma_wait_all();  // pa and dsa are read asynchronously: keep them until here
@@ -595,13 +634,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // element (nq, e) is key group_k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
       // P overwrites S^T in place.
       const float* s_lse = shared.rowvals[slot][0];
-      const float* s_delta = shared.rowvals[slot][1];
+      const float* s_delta = shared.rowvals[slot][1];  // kDeltaInMain: replaced once dP^T has landed
       const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
       if (need_mask) mask_transposed_scores(p, st, group_k0 + key_row + g, q0, t, causal);
       std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
-      form_probs<kPaper>(p, st, pa, s_lse, t);
+      // kDeltaInMain: BF16(P) packed after dS, so that it is not live across the delta's barriers
+      form_probs<kPaper, NQ, !kDeltaInMain>(p, st, pa, s_lse, t);
       wgmma_wait<0>();
       fence_registers(dpt);
+      if constexpr (kDeltaInMain) s_delta = exact_delta_of_block(i, st, dpt);
       const std::uint32_t s_ds_buf = s_ds + (i % Traits::kDsBuffers) * 2 * kDsTile;
 #pragma unroll
       for (int nq = 0; nq < NQ; ++nq) {
@@ -616,6 +657,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
         }
       }
+      if constexpr (kDeltaInMain) pack_probs(st, pa);
       fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the barrier below
 
       // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q

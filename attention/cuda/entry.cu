@@ -229,12 +229,13 @@ void execute_backward(const BackwardArgs& a, const AttentionOptions& opt, const 
   char* ws = a.workspace ? static_cast<char*>(a.workspace) : static_cast<char*>(workspace_alloc(w.total, stream));
   p.dq_accum = w.dq_bytes ? reinterpret_cast<float*>(ws) : nullptr;
   p.dq_direct = plan.dq_direct ? 1 : 0;
+  p.delta_in_main = plan.delta == DeltaPass::in_main ? 1 : 0;
   p.dq_semaphore = w.semaphores ? reinterpret_cast<int*>(ws + w.at_semaphores) : nullptr;
   p.delta = a.delta ? a.delta : reinterpret_cast<float*>(ws + w.at_delta);
   if (plan.delta == DeltaPass::from_output) {  // the δ pass clears it (the bytes up to the next 16 are padding)
     p.zero_words = reinterpret_cast<uint4*>(ws);
     p.zero_word_count = std::int64_t((w.zeroed_bytes() + 15) / 16);
-  } else {
+  } else if (w.zeroed_bytes() > 0) {  // one key block (dq_direct) has nothing to clear
     check_cuda(cudaMemsetAsync(ws, 0, w.zeroed_bytes(), stream), "cudaMemsetAsync");
   }
   if (plan.kv_group > 1) {

@@ -83,6 +83,9 @@ struct BackwardParams {
   // block's dQ is one CTA's, so its consumers store it as BF16 themselves, with no dQ workspace, no
   // clearing of it and no conversion kernel (at T = 128 those were a third of the backward's time).
   int dq_direct;
+  // The exact delta formed inside the main kernel (BackwardPlan::delta == DeltaPass::in_main; only
+  // with dq_direct): its own instantiation, no delta pass before it.
+  int delta_in_main;
   // The part of the workspace the main kernel needs zero (dQ accumulator, turn counters), in 16-byte
   // words, that delta_from_output_kernel clears beside its own work (as FlashAttention-3's pre-pass
   // clears its dQ accumulator): the same bytes as a memset before it, but their stores overlap the

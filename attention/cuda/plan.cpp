@@ -253,12 +253,15 @@ BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, b
   plan.kv_group = s.group_size();
   if (!with_gradients) return plan;
   plan.dq_direct = blocks(s.k_len, kBackwardBlockK) == 1;
-  lay_out_backward_workspace(plan, a, opt);
+  settle_backward_plan(plan, a, opt);
   return plan;
 }
 
-void lay_out_backward_workspace(BackwardPlan& plan, const BackwardArgs& a, const AttentionOptions& opt) {
+void settle_backward_plan(BackwardPlan& plan, const BackwardArgs& a, const AttentionOptions& opt) {
   const AttentionShape& s = a.shape;
+  // One key block: the main kernel holds every P and dP of a row, so the exact delta costs it a
+  // reduction, where the pass computes S and dP again (docs/cuda-kernels.md)
+  if (plan.delta != DeltaPass::from_output) plan.delta = plan.dq_direct ? DeltaPass::in_main : DeltaPass::exact;
   BackwardWorkspace& w = plan.workspace;
   w = BackwardWorkspace{};
   const std::int64_t q_blocks = blocks(s.q_len, kBackwardBlockQ);  // no int overflow: backward_workspace_bytes skips check_tensors

@@ -94,6 +94,7 @@ struct BackwardWorkspace {
 enum class DeltaPass {
   from_output,  // rounded / compensated: rowsum(dO * O) (+ the residual), one thread per 8 elements
   exact,        // rowsum(dP * P): its own pass over the keys
+  in_main,      // rowsum(dP * P) formed by the main kernel from its own P, dP: no pass (dq_direct only)
 };
 
 struct BackwardPlan {
@@ -108,12 +109,13 @@ struct BackwardPlan {
   BackwardWorkspace workspace;
 };
 
-// The plan of a backward (with_gradients) or attention_delta call (without: no workspace) whose
-// arguments passed cuda::check_supported_args.
+// The plan of a backward (with_gradients) or attention_delta call (without: no workspace, and the
+// exact delta is always its pass) whose arguments passed cuda::check_supported_args.
 BackwardPlan plan_backward(const BackwardArgs& args, const AttentionOptions& options, bool with_gradients = true);
-// plan.workspace laid out for plan's dq_direct and kv_group (plan_backward's last step; the lab
-// calls it again after turning dq_direct off).
-void lay_out_backward_workspace(BackwardPlan& plan, const BackwardArgs& args, const AttentionOptions& options);
+// What follows from plan's dq_direct: where the exact delta is formed (in_main with dq_direct, else
+// its pass) and plan.workspace (for kv_group too). plan_backward's last step; the lab calls it
+// again after turning dq_direct off.
+void settle_backward_plan(BackwardPlan& plan, const BackwardArgs& args, const AttentionOptions& options);
 
 // Queries per dQ block of the wgmma backward (BackwardParams::dq_semaphore: one turn counter each;
 // DqFragmentOrder::kBlockQ).

@@ -272,9 +272,32 @@ TEST(LaunchPlan, OneKeyBlockStoresDqDirectlyWithoutAWorkspace) {
   // the lab's layout with the direct store turned off is the one of the accumulating kernels
   BackwardPlan lab = plan_backward(backward_args({8, 16, 300, 128, 128}), opt);
   lab.dq_direct = false;
-  lay_out_backward_workspace(lab, backward_args({8, 16, 300, 128, 128}), opt);
+  settle_backward_plan(lab, backward_args({8, 16, 300, 128, 128}), opt);
   EXPECT_EQ(lab.workspace.dq_bytes, two_blocks.workspace.dq_bytes);
   EXPECT_EQ(lab.workspace.semaphores, two_blocks.workspace.semaphores);
+}
+
+// The exact delta: formed by the main kernel where it holds every key of a row (one key block), by
+// its own pass otherwise, and always by the pass for attention_delta alone or once the lab turns
+// the direct store off. The other sources read the output whatever the keys.
+TEST(LaunchPlan, ExactDeltaInsideTheMainKernelOnlyWithOneKeyBlock) {
+  AttentionOptions opt;
+  opt.device = Device::cuda;
+  opt.delta_source = DeltaSource::exact;
+  for (const int k_len : {1, 77, kBackwardBlockK}) {
+    const BackwardArgs a = backward_args({2, 4, 300, k_len, 64});
+    EXPECT_EQ(plan_backward(a, opt).delta, DeltaPass::in_main) << "k_len " << k_len;
+    EXPECT_EQ(plan_backward(a, opt, /*with_gradients=*/false).delta, DeltaPass::exact) << "k_len " << k_len;
+    BackwardPlan lab = plan_backward(a, opt);
+    lab.dq_direct = false;
+    settle_backward_plan(lab, a, opt);
+    EXPECT_EQ(lab.delta, DeltaPass::exact) << "k_len " << k_len;
+  }
+  EXPECT_EQ(plan_backward(backward_args({2, 4, 300, kBackwardBlockK + 1, 64}), opt).delta, DeltaPass::exact);
+  for (DeltaSource src : {DeltaSource::rounded, DeltaSource::compensated}) {
+    opt.delta_source = src;
+    EXPECT_EQ(plan_backward(backward_args({2, 4, 300, 77, 64}), opt).delta, DeltaPass::from_output) << to_string(src);
+  }
 }
 
 // check_tensors' message for these arguments, or "" where it accepts them.
