@@ -75,7 +75,7 @@ for v in "${tests[@]}"; do
   echo "=== $v: GPU tests ($(date +%T))"
   timeout 420 "$AB/$v"/attention_gpu_tests --gtest_brief=1 >"$OUT/ab-tests-$v.log" 2>&1 || { echo "GPU tests of $v failed"; status=1; }
   grep -E "^\[  (PASSED|FAILED)|FAILED" "$OUT/ab-tests-$v.log" | tail -20
-  small='*Tq17Tk17*:*Tq97Tk300*:*FullyMasked*:*Tq1Tk1*:*EventCounters*'  # device-check.sh's sanitizer cases
+  small='*Tq17Tk17*:*Tq97Tk300*:*Tq300Tk97*:*Tq200Tk77*:*FullyMasked*:*Tq1Tk1*:*EventCounters*'  # device-check.sh's sanitizer cases
   for tool in memcheck racecheck; do
     timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$AB/$v"/attention_gpu_tests --gtest_filter="$small" \
       --gtest_brief=1 >"$OUT/ab-$tool-$v.log" 2>&1 || { echo "compute-sanitizer $tool of $v failed"; status=1; }
@@ -137,12 +137,17 @@ PY
     done
   done
   # One key block: a query block's dQ has one CTA's part, so the default mode's bits are
-  # reproducible too; compared in it (the path the trainer takes at T <= 128)
-  for c in "bs128 causal fused" "bs128 full paper" "bs64 causal paper" "bs64 full fused"; do
-    read -r input mask numerics <<<"$c"
-    opts=(--numerics "$numerics" --policy standard --delta-source compensated)
-    [ "$mask" = causal ] && opts+=(--causal)
-    compare_outputs "backward $c" "$input" "${opts[@]}"
+  # reproducible too; compared in it (the path the trainer takes at T <= 128), with the exact delta
+  # too (formed inside the main kernel there)
+  for delta in compensated exact; do
+    for c in "bs128 causal fused" "bs128 full paper" "bs64 causal paper" "bs64 full fused"; do
+      read -r input mask numerics <<<"$c"
+      opts=(--numerics "$numerics" --policy standard --delta-source "$delta")
+      [ "$mask" = causal ] && opts+=(--causal)
+      label="backward $c"
+      [ "$delta" = compensated ] || label+=", $delta delta"
+      compare_outputs "$label" "$input" "${opts[@]}"
+    done
   done
   rm -f "$OUT"/ab-bits-*.safetensors
 fi
