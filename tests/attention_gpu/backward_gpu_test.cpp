@@ -97,6 +97,28 @@ TEST(BackwardGpu, DeterministicModeIsBitwiseReproducibleOver50Runs) {
   }
 }
 
+// One key block with the exact delta (DeltaPass::in_main): the main kernel forms delta in a fixed
+// order and stores dQ itself, so delta and every gradient are the same bits run after run, in the
+// default (not deterministic) mode, both numerics and head dims, causal with Tq > Tk (rows without keys).
+TEST(BackwardGpu, ExactDeltaOfOneKeyBlockIsBitwiseReproducible) {
+  SF_REQUIRE_GPU();
+  for (const AttentionShape& s : {AttentionShape{2, 3, 128, 128, 128}, AttentionShape{2, 3, 150, 100, 64}})
+    for (Numerics n : {Numerics::fused, Numerics::paper}) {
+      SCOPED_TRACE("D " + std::to_string(s.head_dim) + " " + std::string(to_string(n)));
+      const Inputs in = random_inputs(s, Layout::bhtd, 4400 + s.head_dim);
+      AttentionOptions opt;
+      opt.numerics = n, opt.causal = true, opt.delta_source = DeltaSource::exact;
+      const Outputs first = run_gpu(in, opt, /*backward=*/true);
+      int differing_runs = 0;
+      for (int run = 1; run < 10; ++run) {
+        const Outputs again = run_gpu(in, opt, /*backward=*/true);
+        const auto same = [](const auto& a, const auto& b) { return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0; };
+        differing_runs += !(same(first.delta, again.delta) && same(first.dq, again.dq) && same(first.dk, again.dk) && same(first.dv, again.dv));
+      }
+      EXPECT_EQ(differing_runs, 0) << "runs whose delta or gradients differ from the first";
+    }
+}
+
 // A caller's workspace (BackwardArgs::workspace) need not be zero: the backward clears the dQ
 // accumulator and the turn counters itself (the δ pass from the output clears them beside its own
 // work, the `exact` δ path by a memset). A workspace of 0xff bytes (NaN floats; turn counters of -1,
