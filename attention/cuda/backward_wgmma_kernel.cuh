@@ -189,14 +189,16 @@ __device__ __forceinline__ void issue_scores_and_dprobs(float (&st)[NQ][4], floa
   wgmma_commit();
 }
 
-// BF16(P) as the A fragments of dV += P^T dO
+// BF16(P) of query tile nq into the A fragments of dV += P^T dO
+template <int NQ>
+__device__ __forceinline__ void pack_prob_tile(const float (&st)[NQ][4], std::uint32_t (&pa)[NQ / 2][4], int nq) {
+  pa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(st[nq][0], st[nq][1]);
+  pa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(st[nq][2], st[nq][3]);
+}
 template <int NQ>
 __device__ __forceinline__ void pack_probs(const float (&st)[NQ][4], std::uint32_t (&pa)[NQ / 2][4]) {
 #pragma unroll
-  for (int nq = 0; nq < NQ; ++nq) {
-    pa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(st[nq][0], st[nq][1]);
-    pa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(st[nq][2], st[nq][3]);
-  }
+  for (int nq = 0; nq < NQ; ++nq) pack_prob_tile(st, pa, nq);
 }
 
 // P at the mode's rounding points, in place of S^T (masked scores already -inf), and BF16(P) as
@@ -208,10 +210,7 @@ __device__ __forceinline__ void form_probs(const BackwardParams& p, float (&st)[
   for (int nq = 0; nq < NQ; ++nq) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) st[nq][e] = prob_of_score<kPaper>(p, st[nq][e], s_lse[nq * 8 + 2 * t + (e & 1)]);
-    if constexpr (kPack) {
-      pa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(st[nq][0], st[nq][1]);
-      pa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(st[nq][2], st[nq][3]);
-    }
+    if constexpr (kPack) pack_prob_tile(st, pa, nq);
   }
 }
 
