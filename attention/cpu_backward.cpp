@@ -62,6 +62,8 @@ float row_delta(const AttentionOptions& opt, const HeadTensors& t, int i, int la
     case DeltaSource::exact:
       for (int j = 0; j <= last; ++j) acc.add(double(r.dp[j]) * r.p[j]);
       return acc.value();
+    case DeltaSource::automatic:  // resolved on entry (AttentionOptions::for_shape)
+      break;
   }
   return acc.value();
 }
@@ -96,7 +98,7 @@ void check_backward_args(const BackwardArgs& a, const AttentionOptions& opt) {
   if (!a.q || !a.k || !a.v || !a.o || !a.lse || !a.d_o)
     throw std::invalid_argument("attention_backward: q, k, v, o, lse and do are required");
   if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
-    throw std::invalid_argument("delta_source: 'compensated' needs the forward's o_residual");
+    throw std::invalid_argument("delta_source: 'compensated' (and 'auto' above " + std::to_string(kAutoExactMaxKeys) + " keys) needs the forward's o_residual");
 }
 
 // Sums rows of `weights` [rows, cols] (only the first `count(r)` entries of row r are nonzero)
@@ -119,8 +121,9 @@ void column_products(const std::vector<float>& weights, int rows, int cols, cons
 
 }  // namespace
 
-void attention_delta(const BackwardArgs& a, const AttentionOptions& opt, float* delta) {
-  if (opt.device == Device::cuda) return cuda::delta(a, opt, delta);
+void attention_delta(const BackwardArgs& a, const AttentionOptions& options, float* delta) {
+  if (options.device == Device::cuda) return cuda::delta(a, options, delta);
+  const AttentionOptions opt = options.for_shape(a.shape);
   check_backward_args(a, opt);
   const AttentionShape& s = a.shape;
   const int dim = s.head_dim;
@@ -145,8 +148,9 @@ void attention_delta(const BackwardArgs& a, const AttentionOptions& opt, float* 
   }
 }
 
-void attention_backward(const BackwardArgs& a, const AttentionOptions& opt) {
-  if (opt.device == Device::cuda) return cuda::backward(a, opt);
+void attention_backward(const BackwardArgs& a, const AttentionOptions& options) {
+  if (options.device == Device::cuda) return cuda::backward(a, options);
+  const AttentionOptions opt = options.for_shape(a.shape);
   check_backward_args(a, opt);
   if (!a.dq || !a.dk || !a.dv) throw std::invalid_argument("attention_backward: dq, dk and dv outputs are required");
   const AttentionShape& s = a.shape;

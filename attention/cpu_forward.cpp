@@ -246,14 +246,15 @@ void forward_with_policy(const Policy& policy, const ForwardArgs& a, const Atten
 
 }  // namespace
 
-void attention_forward(const ForwardArgs& a, const AttentionOptions& opt) {
-  if (opt.device == Device::cuda) return cuda::forward(a, opt);
+void attention_forward(const ForwardArgs& a, const AttentionOptions& options) {
+  if (options.device == Device::cuda) return cuda::forward(a, options);
+  const AttentionOptions opt = options.for_shape(a.shape);
   opt.validate(a.shape);
   if (opt.numerics == Numerics::reference)
     throw std::invalid_argument("numerics: 'reference' has FP64 outputs; call reference_forward()");
   if (!a.q || !a.k || !a.v || !a.o || !a.lse) throw std::invalid_argument("attention_forward: q, k, v, o and lse are required");
   if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
-    throw std::invalid_argument("delta_source: 'compensated' needs an o_residual output buffer");
+    throw std::invalid_argument("delta_source: 'compensated' (and 'auto' above " + std::to_string(kAutoExactMaxKeys) + " keys) needs an o_residual output buffer");
   with_shift_policy(opt.policy, opt.policy_params, [&](const auto& policy) { forward_with_policy(policy, a, opt); });
 }
 

@@ -1,6 +1,7 @@
 // Names of the numerics-contract enums and the resolution/validation of attention options.
 #include <array>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -16,8 +17,10 @@ using NameTable = std::array<std::pair<E, std::string_view>, N>;
 
 constexpr NameTable<Numerics, 3> kNumerics{{{Numerics::reference, "reference"}, {Numerics::paper, "paper"}, {Numerics::fused, "fused"}}};
 constexpr NameTable<Normalizer, 2> kNormalizer{{{Normalizer::fp32, "fp32"}, {Normalizer::bf16, "bf16"}}};
-constexpr NameTable<DeltaSource, 3> kDeltaSource{
-    {{DeltaSource::rounded, "rounded"}, {DeltaSource::compensated, "compensated"}, {DeltaSource::exact, "exact"}}};
+constexpr NameTable<DeltaSource, 4> kDeltaSource{{{DeltaSource::rounded, "rounded"},
+                                                  {DeltaSource::compensated, "compensated"},
+                                                  {DeltaSource::exact, "exact"},
+                                                  {DeltaSource::automatic, "auto"}}};
 constexpr NameTable<ShiftPolicy, 4> kShiftPolicy{{{ShiftPolicy::standard, "standard"},
                                                   {ShiftPolicy::paper, "paper"},
                                                   {ShiftPolicy::hashed_offset, "hashed_offset"},
@@ -82,6 +85,29 @@ int AttentionOptions::resolved_tile_q() const {
 int AttentionOptions::resolved_tile_k() const {
   if (tile_k > 0) return tile_k;
   return numerics == Numerics::paper ? 512 : 128;
+}
+
+DeltaSource AttentionOptions::resolved_delta_source(const AttentionShape& shape) const {
+  if (delta_source != DeltaSource::automatic) return delta_source;
+  return shape.k_len > residual_above_keys() ? DeltaSource::compensated : DeltaSource::exact;
+}
+
+AttentionOptions AttentionOptions::for_shape(const AttentionShape& shape) const {
+  AttentionOptions o = *this;
+  o.delta_source = resolved_delta_source(shape);
+  return o;
+}
+
+int AttentionOptions::residual_above_keys() const {
+  switch (delta_source) {
+    case DeltaSource::compensated: return 0;
+    // auto's one rule: the exact delta up to kAutoExactMaxKeys keys in fused numerics (attention.hpp
+    // says why), the compensated one elsewhere
+    case DeltaSource::automatic: return numerics == Numerics::fused ? kAutoExactMaxKeys : 0;
+    case DeltaSource::rounded:
+    case DeltaSource::exact: break;
+  }
+  return std::numeric_limits<int>::max();
 }
 
 void AttentionOptions::validate(const AttentionShape& s) const {

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -161,8 +162,8 @@ sf_options* sf_options_create(const char* const* keys, const char* const* values
 
 void sf_options_destroy(sf_options* options) { delete options; }
 
-int sf_options_needs_residual(const sf_options* options) {
-  return options && options->options.delta_source == sa::DeltaSource::compensated ? 1 : 0;
+int32_t sf_options_residual_above_keys(const sf_options* options) {
+  return options ? options->options.residual_above_keys() : std::numeric_limits<int32_t>::max();
 }
 
 const char* sf_recommended_options(void) {

@@ -319,7 +319,7 @@ T Gpt2<T>::forward(std::span<const int> tokens, std::span<const int> targets, in
         L.probs.resize(std::size_t(batch) * config_.n_head * len * len);
       } else {
         for (auto* v : {&L.q16, &L.k16, &L.v16, &L.o16}) v->resize(nc);
-        if (attention_[l].options.delta_source == attention::DeltaSource::compensated) L.o_residual16.resize(nc);
+        if (attention_[l].options.needs_residual({batch, config_.n_head, len, len, config_.head_dim()})) L.o_residual16.resize(nc);
         L.lse.resize(std::size_t(batch) * config_.n_head * len);
       }
     }

@@ -13,7 +13,8 @@ time), and a failed oracle check in any round.
 Writes $DIR/attention-sweep.md (the table, one row per shape, and the summary; also printed) and, if
 matplotlib imports, DIR/attention-sweep-{fwd,bwd,vs-cudnn,cure}.png: against T, one panel per
 (D, mask), a line per implementation and B·H. The cure's cost: the time of forward + backward with the
-default's δ (compensated) over the same with the rounded δ, both with the default shift, minus 1.
+default's δ (auto since 2026-12-05: exact up to 128 keys, else compensated) over the same with the
+rounded δ, both with the default shift, minus 1.
 """
 import argparse, json, math, os, sys
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The attention sweep of issue 12 on the GPU machine: our attention (the trainer's default, read from
-# `stableflash train --print-config`: today fused + standard shift + compensated δ; and the same with
+# `stableflash train --print-config`: today fused + standard shift + δ auto; and the same with
 # the rounded δ: the cure's cost) beside the PyTorch peers
 # (shared/peers/torch_peers.py `attention`: SDPA cuDNN and SDPA flash = FlashAttention-2) over a grid
 # of shapes: B·H 8 to 512, T 128 to 16384 (1000 and 4097 are not multiples of 128), D 64 and 128,

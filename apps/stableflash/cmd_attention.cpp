@@ -115,7 +115,7 @@ int run(const AttentionCommand& cmd) {
   out.metadata = {{"numerics", std::string(to_string(opt.numerics))}, {"policy", std::string(to_string(opt.policy))},
                   {"layout", std::string(to_string(layout))},        {"causal", opt.causal ? "true" : "false"},
                   {"tile", std::to_string(opt.resolved_tile_q()) + "x" + std::to_string(opt.resolved_tile_k())},
-                  {"delta_source", std::string(to_string(opt.delta_source))},
+                  {"delta_source", std::string(to_string(opt.resolved_delta_source(s)))},  // what ran
                   {"round_bits", std::to_string(opt.round_bits)},
                   {"normalizer", std::string(to_string(opt.normalizer))},
                   {"device", gpu ? cuda::device_name() : std::string("cpu")}};
@@ -131,7 +131,7 @@ int run(const AttentionCommand& cmd) {
       out.tensors["delta"] = tensor_of(DType::f64, lse_shape, b.delta);
     }
   } else {
-    std::vector<bf16> o(std::size_t(s.q_elements())), residual(opt.delta_source == DeltaSource::compensated ? o.size() : 0);
+    std::vector<bf16> o(std::size_t(s.q_elements())), residual(opt.needs_residual(s) ? o.size() : 0);
     std::vector<float> lse(std::size_t(s.rows()));
     TieCounts ties;
     fa.o = o.data(), fa.lse = lse.data(), fa.o_residual = residual.empty() ? nullptr : residual.data(), fa.ties = &ties;

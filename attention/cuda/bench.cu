@@ -92,7 +92,7 @@ BenchTiming bench(const AttentionShape& s, Layout layout, const AttentionOptions
     fill_normal_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(ptr, std::int64_t(n), seed * 16 + stream_id++);
     check_cuda(cudaGetLastError(), "fill_normal_kernel");
   }
-  const bool compensated = opt.delta_source == DeltaSource::compensated;
+  const bool compensated = opt.needs_residual(s);
   ForwardArgs fa;
   fa.shape = s, fa.layout = layout;
   fa.q = reinterpret_cast<const bf16*>(q.ptr), fa.k = reinterpret_cast<const bf16*>(k.ptr);

@@ -143,16 +143,18 @@ std::string device_name() {
   return prop.name;
 }
 
-void check_supported(const AttentionShape& s, const AttentionOptions& opt) {
-  check_shape_options(s, opt, head_dim_compiled(s.head_dim));
+void check_supported(const AttentionShape& s, const AttentionOptions& options) {
+  check_shape_options(s, options.for_shape(s), head_dim_compiled(s.head_dim));
 }
 
-void check_supported_args(const ForwardArgs& a, const AttentionOptions& opt) {
+void check_supported_args(const ForwardArgs& a, const AttentionOptions& options) {
+  const AttentionOptions opt = options.for_shape(a.shape);
   check_supported(a.shape, opt);
   check_tensors(a, opt);
 }
 
-void check_supported_args(const BackwardArgs& a, const AttentionOptions& opt) {
+void check_supported_args(const BackwardArgs& a, const AttentionOptions& options) {
+  const AttentionOptions opt = options.for_shape(a.shape);
   check_supported(a.shape, opt);
   check_tensors(a, opt);
 }
@@ -255,7 +257,8 @@ void execute_backward(const BackwardArgs& a, const AttentionOptions& opt, const 
   if (!a.workspace) workspace_free(ws, stream);
 }
 
-void forward(const ForwardArgs& a, const AttentionOptions& opt) {
+void forward(const ForwardArgs& a, const AttentionOptions& options) {
+  const AttentionOptions opt = options.for_shape(a.shape);
   check_supported_args(a, opt);
   const ForwardPlan plan = plan_forward(a, opt, multiprocessors());
   execute_forward(a, opt, plan, [&](const ForwardParams& p, cudaStream_t stream) {
@@ -263,7 +266,8 @@ void forward(const ForwardArgs& a, const AttentionOptions& opt) {
   });
 }
 
-void delta(const BackwardArgs& a, const AttentionOptions& opt, float* delta_out) {
+void delta(const BackwardArgs& a, const AttentionOptions& options, float* delta_out) {
+  const AttentionOptions opt = options.for_shape(a.shape);
   check_supported_args(a, opt);
   if (!delta_out) throw std::invalid_argument("attention_delta: the delta output is required");
   const BackwardPlan plan = plan_backward(a, opt, /*with_gradients=*/false);
@@ -273,12 +277,14 @@ void delta(const BackwardArgs& a, const AttentionOptions& opt, float* delta_out)
   with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_delta<D, kPaper>(p, plan.delta, stream_of(opt)); });
 }
 
-std::size_t backward_workspace_bytes(const BackwardArgs& a, const AttentionOptions& opt) {
+std::size_t backward_workspace_bytes(const BackwardArgs& a, const AttentionOptions& options) {
+  const AttentionOptions opt = options.for_shape(a.shape);
   check_supported(a.shape, opt);
   return plan_backward(a, opt).workspace.total;
 }
 
-void backward(const BackwardArgs& a, const AttentionOptions& opt) {
+void backward(const BackwardArgs& a, const AttentionOptions& options) {
+  const AttentionOptions opt = options.for_shape(a.shape);
   check_supported_args(a, opt);
   if (!a.dq || !a.dk || !a.dv) throw std::invalid_argument("attention_backward: dq, dk and dv outputs are required");
   const BackwardPlan plan = plan_backward(a, opt);

@@ -100,7 +100,7 @@ OracleCheck check_against_oracle(const AttentionShape& s, Layout layout, const A
   // logits scale with |q| |k|: scale q alone
   const std::vector<bf16> q = random_bf16(nq, seed, 1, logit_scale), k = random_bf16(nk, seed, 2, 1.0);
   const std::vector<bf16> v = random_bf16(nk, seed, 3, 1.0), d_o = random_bf16(nq, seed, 4, 1.0);
-  const bool residual = options.delta_source == DeltaSource::compensated;
+  const bool residual = options.needs_residual(s);
 
   struct Run {
     std::vector<bf16> o, r, dq, dk, dv;

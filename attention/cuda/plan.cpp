@@ -158,7 +158,7 @@ void check_shape_options(const AttentionShape& s, const AttentionOptions& opt, b
 void check_tensors(const ForwardArgs& a, const AttentionOptions& opt) {
   if (!a.q || !a.k || !a.v || !a.o || !a.lse) throw std::invalid_argument("attention_forward: q, k, v, o and lse are required");
   if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
-    throw std::invalid_argument("delta_source: 'compensated' needs an o_residual output buffer");
+    throw std::invalid_argument("delta_source: 'compensated' (and 'auto' above " + std::to_string(kAutoExactMaxKeys) + " keys) needs an o_residual output buffer");
   for (const TensorNeed& n : forward_tensors(a)) check_tensor(n);
   check_forward_index_ranges(a.shape, opt);
 }
@@ -167,7 +167,7 @@ void check_tensors(const BackwardArgs& a, const AttentionOptions& opt) {
   if (!a.q || !a.k || !a.v || !a.o || !a.lse || !a.d_o)
     throw std::invalid_argument("attention_backward: q, k, v, o, lse and do are required");
   if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
-    throw std::invalid_argument("delta_source: 'compensated' needs the forward's o_residual");
+    throw std::invalid_argument("delta_source: 'compensated' (and 'auto' above " + std::to_string(kAutoExactMaxKeys) + " keys) needs the forward's o_residual");
   for (const TensorNeed& n : backward_tensors(a)) check_tensor(n);
   check_backward_index_ranges(a.shape, opt);
 }
@@ -244,11 +244,17 @@ ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int 
   return plan;
 }
 
+// delta_source `auto` takes the exact delta where the main kernel forms it with a reduction alone
+// (DeltaPass::in_main; attention.hpp)
+static_assert(kAutoExactMaxKeys == kBackwardBlockK, "auto's exact range is the backward's one key block");
+
 BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, bool with_gradients) {
   const AttentionShape& s = a.shape;
   BackwardPlan plan;
   plan.head_dim = s.head_dim;
   plan.paper = opt.numerics == Numerics::paper;
+  if (opt.delta_source == DeltaSource::automatic)
+    throw std::logic_error("plan_backward: delta_source 'auto' not resolved (AttentionOptions::for_shape)");
   plan.delta = opt.delta_source == DeltaSource::exact ? DeltaPass::exact : DeltaPass::from_output;
   plan.kv_group = s.group_size();
   if (!with_gradients) return plan;

@@ -298,7 +298,8 @@ void Gpt2Cuda::Impl::allocate() {
     if (is_flash(l)) {
       L.qkv = DeviceArray<bf16_t>(std::size_t(3 * NC));
       L.lse = DeviceArray<float>(std::size_t(heads_rows));
-      if (attention[l].options.delta_source == attention::DeltaSource::compensated) L.o_residual = DeviceArray<bf16_t>(std::size_t(NC));
+      if (attention[l].options.needs_residual({max_batch, config.n_head, len, len, config.head_dim()}))
+        L.o_residual = DeviceArray<bf16_t>(std::size_t(NC));
     } else {
       any_standard = true;
       L.qkv32 = DeviceArray<float>(std::size_t(3 * NC));

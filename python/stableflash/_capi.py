@@ -8,7 +8,7 @@ import os
 import struct
 import threading
 
-ABI_VERSION = 3  # SF_C_ABI_VERSION of the header this file was written against
+ABI_VERSION = 4  # SF_C_ABI_VERSION of the header this file was written against
 _OK, _INVALID_ARGUMENT = 0, 1
 
 
@@ -46,7 +46,7 @@ def _load():
     lib.sf_options_create.restype = vp
     lib.sf_options_create.argtypes = [ctypes.POINTER(cp), ctypes.POINTER(cp), i32, cp, sz]
     lib.sf_options_destroy.restype, lib.sf_options_destroy.argtypes = None, [vp]
-    lib.sf_options_needs_residual.restype, lib.sf_options_needs_residual.argtypes = i32, [vp]
+    lib.sf_options_residual_above_keys.restype, lib.sf_options_residual_above_keys.argtypes = i32, [vp]
     lib.sf_recommended_options.restype, lib.sf_recommended_options.argtypes = cp, []
     # the calls: every pointer (shape, options, stream, tensors, lse, error buffer) as an address
     lib.sf_attention_forward.restype = i32
@@ -116,7 +116,13 @@ class Options:
         self.handle = self._lib.sf_options_create(keys, values, n, buf, len(buf))
         if not self.handle:
             raise ValueError(buf.value.decode('utf-8', 'replace'))  # names the setting and its source
-        self.needs_residual = bool(self._lib.sf_options_needs_residual(self.handle))
+        # calls with more keys than this write and read o_residual (sf_options_residual_above_keys)
+        self.residual_above_keys = self._lib.sf_options_residual_above_keys(self.handle)
+
+    def needs_residual(self, k_len):
+        """Whether a call with k_len keys writes (forward) and reads (backward) o_residual: delta_source
+        compensated, or auto above 128 keys. A symbolic k_len (torch.compile) gives a symbolic bool."""
+        return k_len > self.residual_above_keys
 
     def __del__(self):
         if getattr(self, "handle", None):

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "stableflash/attention/attention.hpp"
@@ -11,6 +12,12 @@
 #include "stableflash/numerics/random.hpp"
 
 namespace stableflash::attention::testing {
+
+// Whether two tensors hold the same bits, element for element (and the same size).
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
 
 // Random BF16 tensors ~ N(0, sigma^2) (FlashAttention's test inputs).
 inline std::vector<bf16> random_bf16(std::size_t n, std::uint64_t seed, double sigma = 1.0) {

@@ -1,8 +1,10 @@
 // delta = rowsum(dO * O) from the three sources of docs/numerics-contract.md: they agree in exact arithmetic,
-// and `compensated` recovers the delta of the unrounded FP32 output.
+// and `compensated` recovers the delta of the unrounded FP32 output; `auto` is one of two of them
+// per call.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "attention_test_util.hpp"
 
@@ -104,6 +106,89 @@ TEST(DeltaSources, CompensatedNeedsTheResidual) {
   ForwardArgs fa = p.forward_args();
   fa.o = o.data(), fa.lse = lse.data();
   EXPECT_THROW(attention_forward(fa, opt), std::invalid_argument);
+}
+
+// `auto` (the recommended source): the exact delta in fused numerics up to one backward key block,
+// the compensated one above it and in paper numerics (where the exact one inherits lse's bias).
+TEST(DeltaSources, AutoIsExactUpToOneKeyBlockInFusedNumericsElseCompensated) {
+  struct Case {
+    Numerics numerics;
+    int k_len;
+    DeltaSource want;
+  };
+  for (const Case& c : {Case{Numerics::fused, 1, DeltaSource::exact}, Case{Numerics::fused, 128, DeltaSource::exact},
+                        Case{Numerics::fused, 129, DeltaSource::compensated}, Case{Numerics::paper, 64, DeltaSource::compensated},
+                        Case{Numerics::paper, 4096, DeltaSource::compensated}}) {
+    AttentionOptions opt;
+    opt.numerics = c.numerics, opt.delta_source = DeltaSource::automatic;
+    AttentionShape s{2, 4, 200, c.k_len, 64};
+    SCOPED_TRACE(std::string(to_string(c.numerics)) + " Tk " + std::to_string(c.k_len));
+    EXPECT_EQ(opt.resolved_delta_source(s), c.want);
+    EXPECT_EQ(opt.for_shape(s).delta_source, c.want);
+    EXPECT_EQ(opt.needs_residual(s), c.want == DeltaSource::compensated);
+  }
+  // the other sources are never changed, and only compensated needs a residual
+  for (DeltaSource src : {DeltaSource::rounded, DeltaSource::compensated, DeltaSource::exact}) {
+    AttentionOptions opt;
+    opt.delta_source = src;
+    for (int k_len : {1, 128, 129, 100000}) {
+      const AttentionShape s{1, 1, 8, k_len, 64};
+      EXPECT_EQ(opt.resolved_delta_source(s), src);
+      EXPECT_EQ(opt.needs_residual(s), src == DeltaSource::compensated);
+    }
+  }
+  EXPECT_EQ(parse_delta_source("auto"), DeltaSource::automatic);
+  EXPECT_EQ(to_string(DeltaSource::automatic), "auto");
+}
+
+using testing::same_bits;
+
+// Each entry point resolves `auto` for its call: the same bits as naming the resolved source.
+TEST(DeltaSources, AutoGivesTheBitsOfTheSourceItResolvesTo) {
+  for (Numerics n : {Numerics::fused, Numerics::paper})
+    for (int k_len : {97, 128, 129, 200}) {
+      const testing::Problem p({1, 2, 150, k_len, 64}, 31 + k_len, 2.0);
+      AttentionOptions automatic;
+      automatic.numerics = n, automatic.causal = true, automatic.tile_k = 64, automatic.delta_source = DeltaSource::automatic;
+      AttentionOptions named = automatic;
+      named.delta_source = automatic.resolved_delta_source(p.shape);
+      SCOPED_TRACE(std::string(to_string(n)) + " Tk " + std::to_string(k_len) + " -> " + std::string(to_string(named.delta_source)));
+      const testing::FlashRun a = testing::run_flash(p, automatic), b = testing::run_flash(p, named);
+      EXPECT_TRUE(same_bits(a.o, b.o) && same_bits(a.lse, b.lse)) << "forward";
+      EXPECT_TRUE(same_bits(a.delta, b.delta)) << "delta";
+      EXPECT_TRUE(same_bits(a.dq, b.dq) && same_bits(a.dk, b.dk) && same_bits(a.dv, b.dv)) << "gradients";
+      std::vector<float> alone(a.delta.size());
+      BackwardArgs ba = p.backward_args();
+      ba.o = a.o.data(), ba.lse = a.lse.data(), ba.o_residual = a.residual.data();
+      attention_delta(ba, automatic, alone.data());
+      EXPECT_TRUE(same_bits(alone, b.delta)) << "attention_delta";
+    }
+}
+
+// Where `auto` is the exact delta no residual is needed; above one key block the error names the rule.
+TEST(DeltaSources, AutoNeedsTheResidualOnlyAboveOneKeyBlock) {
+  AttentionOptions opt;
+  opt.delta_source = DeltaSource::automatic;
+  for (int k_len : {128, 129}) {
+    const testing::Problem p({1, 1, 8, k_len, 64}, 5);
+    std::vector<bf16> o(p.q.size()), dq(p.q.size()), dk(p.k.size()), dv(p.k.size());
+    std::vector<float> lse(8);
+    ForwardArgs fa = p.forward_args();
+    fa.o = o.data(), fa.lse = lse.data();  // no o_residual
+    if (k_len <= kAutoExactMaxKeys) {
+      EXPECT_NO_THROW(attention_forward(fa, opt));
+      BackwardArgs ba = p.backward_args();
+      ba.o = o.data(), ba.lse = lse.data(), ba.dq = dq.data(), ba.dk = dk.data(), ba.dv = dv.data();
+      EXPECT_NO_THROW(attention_backward(ba, opt));
+    } else {
+      try {
+        attention_forward(fa, opt);
+        ADD_FAILURE() << "auto above one key block ran without o_residual";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("'auto' above 128 keys"), std::string::npos) << e.what();
+      }
+    }
+  }
 }
 
 }  // namespace

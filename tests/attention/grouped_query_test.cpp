@@ -69,12 +69,7 @@ std::vector<double> fp64_group_sum(const std::vector<double>& mha, Layout layout
       mha, layout, s, [](double x) { return x; }, [](double a, double b) { return a + b; }, [](double a) { return a; });
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
-}
+using testing::same_bits;
 
 // The GQA problem and its MHA twin (same q, dO; K, V repeated per group).
 struct Twin {

@@ -52,11 +52,11 @@ TEST(OptionText, EveryNamedKnobSetsItsField) {
 
 // The project's default attention (docs/numerics-findings.md, "Recommendation"), defined once here
 // and read by the trainer, the C ABI and the Python package.
-TEST(OptionText, TheRecommendedAttentionIsFusedStandardShiftCompensatedDelta) {
+TEST(OptionText, TheRecommendedAttentionIsFusedStandardShiftAutoDelta) {
   const AttentionOptions r = recommended_options();
   EXPECT_EQ(r.numerics, Numerics::fused);
   EXPECT_EQ(r.policy, ShiftPolicy::standard);
-  EXPECT_EQ(r.delta_source, DeltaSource::compensated);
+  EXPECT_EQ(r.delta_source, DeltaSource::automatic);
   EXPECT_EQ(r.normalizer, Normalizer::fp32);
   EXPECT_EQ(r.round_bits, 7);
   // Only those knobs: everything else is AttentionOptions' own default.

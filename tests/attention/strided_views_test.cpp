@@ -62,12 +62,7 @@ StridedRun run_strided(const testing::Problem& pr, const AttentionOptions& opt, 
   return r;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
-}
+using testing::same_bits;
 
 struct Case {
   AttentionShape shape;

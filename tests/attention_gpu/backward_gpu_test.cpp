@@ -112,10 +112,34 @@ TEST(BackwardGpu, ExactDeltaOfOneKeyBlockIsBitwiseReproducible) {
       int differing_runs = 0;
       for (int run = 1; run < 10; ++run) {
         const Outputs again = run_gpu(in, opt, /*backward=*/true);
-        const auto same = [](const auto& a, const auto& b) { return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0; };
-        differing_runs += !(same(first.delta, again.delta) && same(first.dq, again.dq) && same(first.dk, again.dk) && same(first.dv, again.dv));
+        differing_runs += !(same_bits(first.delta, again.delta) && same_bits(first.dq, again.dq) && same_bits(first.dk, again.dk) &&
+                            same_bits(first.dv, again.dv));
       }
       EXPECT_EQ(differing_runs, 0) << "runs whose delta or gradients differ from the first";
+    }
+}
+
+// delta_source auto (the recommended attention's) resolves per call on the GPU as on the CPU: the
+// bits of the source it names (exact up to one key block in fused numerics, compensated above it and
+// in paper numerics), the forward's residual written only where that source reads it.
+TEST(BackwardGpu, AutoGivesTheBitsOfTheSourceItResolvesTo) {
+  SF_REQUIRE_GPU();
+  for (const AttentionShape& s : {AttentionShape{2, 3, 150, 100, 64}, AttentionShape{1, 2, 128, 128, 128},
+                                  AttentionShape{1, 2, 200, 129, 64}, AttentionShape{1, 2, 300, 300, 128}})
+    for (Numerics n : {Numerics::fused, Numerics::paper}) {
+      AttentionOptions automatic;
+      automatic.numerics = n, automatic.causal = true, automatic.deterministic = true;
+      automatic.delta_source = DeltaSource::automatic;
+      AttentionOptions named = automatic;
+      named.delta_source = automatic.resolved_delta_source(s);
+      SCOPED_TRACE("Tk " + std::to_string(s.k_len) + " D " + std::to_string(s.head_dim) + " " + std::string(to_string(n)) + " -> " +
+                   std::string(to_string(named.delta_source)));
+      const Inputs in = random_inputs(s, Layout::bhtd, 4500 + s.k_len);
+      const Outputs a = run_gpu(in, automatic, /*backward=*/true), b = run_gpu(in, named, /*backward=*/true);
+      EXPECT_EQ(a.residual.size(), b.residual.size());
+      EXPECT_TRUE(same_bits(a.o, b.o) && same_bits(a.lse, b.lse) && same_bits(a.residual, b.residual)) << "forward";
+      EXPECT_TRUE(same_bits(a.delta, b.delta)) << "delta";
+      EXPECT_TRUE(same_bits(a.dq, b.dq) && same_bits(a.dk, b.dk) && same_bits(a.dv, b.dv)) << "gradients";
     }
 }
 

@@ -109,7 +109,7 @@ Outputs run_gpu(const Inputs& in, const AttentionOptions& options, bool backward
   opt.device = Device::cuda;
   const AttentionShape& s = in.shape;
   const auto nq = std::size_t(s.q_elements()), nk = std::size_t(s.k_elements()), rows = std::size_t(s.rows());
-  const bool residual = opt.delta_source == DeltaSource::compensated;
+  const bool residual = opt.needs_residual(s);
   GuardedBuffer<bf16> q(nq, in.q), k(nk, in.k), v(nk, in.v), d_o(nq, in.d_o), o(nq), r(residual ? nq : 0);
   GuardedBuffer<float> lse(rows);
   Outputs out;
@@ -166,7 +166,7 @@ Outputs run_cpu(const Inputs& in, const AttentionOptions& options, bool backward
   opt.device = Device::cpu;
   const AttentionShape& s = in.shape;
   const auto nq = std::size_t(s.q_elements()), nk = std::size_t(s.k_elements()), rows = std::size_t(s.rows());
-  const bool residual = opt.delta_source == DeltaSource::compensated;
+  const bool residual = opt.needs_residual(s);
   Outputs out;
   out.o.resize(nq), out.lse.resize(rows), out.residual.resize(residual ? nq : 0);
   ForwardArgs fa;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,12 @@
 #include "stableflash/attention/cuda.hpp"
 
 namespace stableflash::attention::gpu_test {
+
+// Whether two tensors hold the same bits, element for element (and the same size).
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
 
 // Skips the current test where no GPU is present (CPU-only CI runs exclude the label anyway).
 #define SF_REQUIRE_GPU()                                       \

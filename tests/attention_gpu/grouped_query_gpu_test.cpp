@@ -62,11 +62,6 @@ Inputs multi_head_twin(const Inputs& gqa) {
   return mha;
 }
 
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
 struct GqaCase {
   AttentionShape shape;
   bool causal;

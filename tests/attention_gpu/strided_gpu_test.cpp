@@ -33,13 +33,6 @@ struct DeviceArena {
   void download() { host.mem = dev.download(); }
 };
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-bool same_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
-}
-
 // Forward + backward on the views of `arrangement`; outputs gathered to packed bhtd.
 Outputs run_strided(const Inputs& in, const AttentionOptions& options, const Arrangement& arrangement) {
   AttentionOptions opt = options;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -26,7 +27,7 @@ struct Lib {
   decltype(&sf_abi_version) abi_version = nullptr;
   decltype(&sf_options_create) options_create = nullptr;
   decltype(&sf_options_destroy) options_destroy = nullptr;
-  decltype(&sf_options_needs_residual) needs_residual = nullptr;
+  decltype(&sf_options_residual_above_keys) residual_above_keys = nullptr;
   decltype(&sf_recommended_options) recommended = nullptr;
   decltype(&sf_attention_forward) forward = nullptr;
   decltype(&sf_attention_backward) backward = nullptr;
@@ -39,7 +40,7 @@ struct Lib {
     abi_version = reinterpret_cast<decltype(abi_version)>(dlsym(handle, "sf_abi_version"));
     options_create = reinterpret_cast<decltype(options_create)>(dlsym(handle, "sf_options_create"));
     options_destroy = reinterpret_cast<decltype(options_destroy)>(dlsym(handle, "sf_options_destroy"));
-    needs_residual = reinterpret_cast<decltype(needs_residual)>(dlsym(handle, "sf_options_needs_residual"));
+    residual_above_keys = reinterpret_cast<decltype(residual_above_keys)>(dlsym(handle, "sf_options_residual_above_keys"));
     recommended = reinterpret_cast<decltype(recommended)>(dlsym(handle, "sf_recommended_options"));
     forward = reinterpret_cast<decltype(forward)>(dlsym(handle, "sf_attention_forward"));
     backward = reinterpret_cast<decltype(backward)>(dlsym(handle, "sf_attention_backward"));
@@ -79,7 +80,7 @@ sf_tensor tensor_of(const void* data, sa::Layout layout, int heads, int len, int
 
 TEST(CApi, LoadsAndExportsItsFunctions) {
   ASSERT_NE(lib().handle, nullptr) << dlerror();
-  for (const char* name : {"sf_abi_version", "sf_options_create", "sf_options_destroy", "sf_options_needs_residual",
+  for (const char* name : {"sf_abi_version", "sf_options_create", "sf_options_destroy", "sf_options_residual_above_keys",
                            "sf_recommended_options", "sf_attention_forward", "sf_attention_backward", "sf_attention_forward_check",
                            "sf_attention_backward_check"})
     EXPECT_NE(dlsym(lib().handle, name), nullptr) << name;
@@ -97,9 +98,13 @@ TEST(CApi, BadOptionsAreMessagesNamingTheSetting) {
   EXPECT_NE(bad_name.error.find("unknown attention setting 'polcy'"), std::string::npos) << bad_name.error;
   Options good(Kv{{"delta_source", "compensated"}, {"device", "cpu"}});
   ASSERT_NE(good.handle, nullptr) << good.error;
-  EXPECT_EQ(lib().needs_residual(good.handle), 1);
+  EXPECT_EQ(lib().residual_above_keys(good.handle), 0);  // every call
   Options rounded(Kv{{"device", "cpu"}});
-  EXPECT_EQ(lib().needs_residual(rounded.handle), 0);
+  EXPECT_EQ(lib().residual_above_keys(rounded.handle), INT32_MAX);  // none
+  Options automatic(Kv{{"delta_source", "auto"}, {"device", "cpu"}});
+  EXPECT_EQ(lib().residual_above_keys(automatic.handle), sa::kAutoExactMaxKeys);
+  Options automatic_paper(Kv{{"delta_source", "auto"}, {"numerics", "paper"}, {"device", "cpu"}});
+  EXPECT_EQ(lib().residual_above_keys(automatic_paper.handle), 0);
 }
 
 TEST(CApi, BadTensorsAreMessagesNamingTheArgument) {
@@ -179,7 +184,7 @@ TEST(CApi, RecommendedOptionsAreTheLibrarysOneDefinition) {
   pairs.emplace_back("device", "cpu");
   Options opt(pairs);
   ASSERT_NE(opt.handle, nullptr) << opt.error;
-  EXPECT_EQ(lib().needs_residual(opt.handle), sa::recommended_options().delta_source == sa::DeltaSource::compensated);
+  EXPECT_EQ(lib().residual_above_keys(opt.handle), sa::recommended_options().residual_above_keys());
   EXPECT_EQ(lib().recommended(), lib().recommended());  // the same static text every call
 }
 

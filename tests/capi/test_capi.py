@@ -40,20 +40,23 @@ def loads_with_its_abi_version():
 
 
 @test
-def recommended_options_parse_and_need_the_residual():
+def recommended_options_parse_and_need_the_residual_above_one_key_block():
     # the library's one definition of the default attention (sf_recommended_options), as pairs the
-    # parser takes; stableflash.torch's DEFAULTS and the trainer's default are these
+    # parser takes; stableflash.torch's DEFAULTS and the trainer's default are these. delta_source
+    # auto: the exact delta up to 128 keys (no residual), the compensated one above
     pairs = _capi.recommended()
     assert [k for k, _ in pairs] == ["numerics", "policy", "delta_source", "normalizer", "round_bits"], pairs
-    assert dict(pairs)["delta_source"] == "compensated", pairs
-    assert _capi.options(pairs + (("device", "cpu"),)).needs_residual
+    assert dict(pairs)["delta_source"] == "auto", pairs
+    opts = _capi.options(pairs + (("device", "cpu"),))
+    assert not opts.needs_residual(128) and opts.needs_residual(129), opts.residual_above_keys
 
 
 @test
 def bad_options_raise_naming_the_setting():
     expect_error(ValueError, "policy = 'nope': expected one of", lambda: _capi.Options((("policy", "nope"),)))
     expect_error(ValueError, "unknown attention setting 'polcy'", lambda: _capi.Options((("polcy", "x"),)))
-    assert _capi.options((("delta_source", "compensated"),)).needs_residual
+    assert _capi.options((("delta_source", "compensated"),)).needs_residual(1)
+    assert not _capi.options((("delta_source", "exact"),)).needs_residual(10 ** 6)
     assert _capi.options((("device", "cpu"),)) is _capi.options((("device", "cpu"),))  # parsed once
 
 

@@ -55,7 +55,9 @@ def fullgraph_static_shapes_bitwise_equal_to_eager():
 def fullgraph_dynamic_shapes():
     torch._dynamo.reset()
     compiled = torch.compile(attend, fullgraph=True, dynamic=True)
-    for t, seed in ((128, 2), (200, 3), (512, 4)):  # one graph for all lengths (the fake op is symbolic)
+    # the fake op is symbolic: one graph for all lengths on each side of delta_source auto's 128 keys
+    # (the exact delta up to them, no o_residual; the compensated one above)
+    for t, seed in ((128, 2), (200, 3), (512, 4)):
         (y, g), (yc, gc) = eager_and_compiled(attend, compiled, t, seed)
         assert torch.equal(y, yc) and torch.equal(g, gc), f"T = {t}: compiled differs from eager"
 

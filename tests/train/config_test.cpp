@@ -21,7 +21,7 @@ TEST(TrainConfig, PresetsAreValidAndTheDefaultIsTheRecommendedAttention) {
     for (const auto& la : c.layer_attention()) {
       EXPECT_EQ(la.kind, model::AttentionKind::flash);
       EXPECT_EQ(la.options.numerics, attention::Numerics::fused);
-      EXPECT_EQ(la.options.delta_source, attention::DeltaSource::compensated);
+      EXPECT_EQ(la.options.delta_source, attention::DeltaSource::automatic);
       EXPECT_EQ(la.options.policy, attention::ShiftPolicy::standard);
       EXPECT_EQ(la.options.normalizer, attention::Normalizer::fp32);
       EXPECT_EQ(la.options.round_bits, 7);
@@ -31,7 +31,7 @@ TEST(TrainConfig, PresetsAreValidAndTheDefaultIsTheRecommendedAttention) {
     EXPECT_EQ(c.attention_default, AttentionSettings(rec.begin(), rec.end())) << name;
   }
   EXPECT_EQ(recommended_attention(),
-            (AttentionSettings{{"numerics", "fused"}, {"policy", "standard"}, {"delta_source", "compensated"},
+            (AttentionSettings{{"numerics", "fused"}, {"policy", "standard"}, {"delta_source", "auto"},
                                {"normalizer", "fp32"}, {"round_bits", "7"}}));
   const TrainConfig paper = preset("gpt2-124m");
   EXPECT_EQ(paper.model.n_layer, 12);

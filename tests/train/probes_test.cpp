@@ -41,7 +41,7 @@ class Probes : public ::testing::Test {
     fs::create_directories(dir.file("data"));
     stableflash::testing::write_test_shards(dir.file("data"));
   }
-  // Layer 0 with the default attention (compensated delta), layer 1 with the failing setting
+  // Layer 0 with the default attention (auto delta: exact at the test's short rows), layer 1 with the failing setting
   // magnified (paper numerics, standard shift, rounded delta, 3 bits): both capture paths.
   TrainConfig config() const {
     TrainConfig c = stableflash::testing::small_config(dir.file("data"));

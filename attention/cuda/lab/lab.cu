@@ -52,7 +52,8 @@ std::string to_string(BackwardChoice c) {
 
 namespace {
 
-void forward_with(ForwardChoice choice, const ForwardArgs& a, const AttentionOptions& opt) {
+void forward_with(ForwardChoice choice, const ForwardArgs& a, const AttentionOptions& options) {
+  const AttentionOptions opt = options.for_shape(a.shape);  // as each production entry point does
   check_supported_args(a, opt);
   ForwardPlan plan = plan_forward(a, opt, multiprocessors());
   if (choice == ForwardChoice::mma_sync) {
@@ -82,8 +83,9 @@ void forward_with(ForwardChoice choice, const ForwardArgs& a, const AttentionOpt
   });
 }
 
-void backward_with(BackwardChoice choice, const BackwardArgs& a, const AttentionOptions& opt) {
-  if (choice == BackwardChoice::production) return cuda::backward(a, opt);
+void backward_with(BackwardChoice choice, const BackwardArgs& a, const AttentionOptions& options) {
+  if (choice == BackwardChoice::production) return cuda::backward(a, options);
+  const AttentionOptions opt = options.for_shape(a.shape);  // as each production entry point does
   check_supported_args(a, opt);
   if (!a.dq || !a.dk || !a.dv) throw std::invalid_argument("attention_backward: dq, dk and dv outputs are required");
   // the lab's kernels always add dQ into the workspace (no direct store), whose size also holds the

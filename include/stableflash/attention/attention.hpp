@@ -48,6 +48,16 @@ struct AttentionShape {
   std::int64_t rows() const { return std::int64_t(batch) * heads * q_len; }
 };
 
+// delta_source `auto` takes `exact` in `fused` numerics up to this many keys, else `compensated`.
+// Both are clean there (docs/numerics-findings.md; in `paper` numerics only `compensated` is: P
+// inherits the BF16 row sum through lse). Up to here the exact delta is the cheaper: one CUDA
+// backward block holds every key of its rows (cuda/plan.hpp kBackwardBlockK), so it forms
+// rowsum(dP * P) from products it computes anyway, and the forward writes no residual
+// (docs/benchmarks.md measured it below even the rounded delta's time there). Above, the exact
+// delta needs its own pass over the keys (two more products); the residual costs one BF16 tensor
+// written and read.
+inline constexpr int kAutoExactMaxKeys = 128;
+
 // Element offsets of (b, h, t, 0) for a tensor of sequence length `len` in a layout.
 struct HeadStrides {
   std::int64_t b = 0, h = 0, t = 0;
@@ -93,6 +103,17 @@ struct AttentionOptions {
   void* cuda_stream = nullptr;  // CUDA only: a cudaStream_t to run on (nullptr: the default stream)
 
   float resolved_scale(int head_dim) const;
+  // The delta source a call of this shape uses: `auto` resolved (kAutoExactMaxKeys), the others as set.
+  DeltaSource resolved_delta_source(const AttentionShape& shape) const;
+  // These options with delta_source `auto` resolved for the shape. Each entry point (CPU and CUDA
+  // forward, backward, delta) resolves once on entry; below it delta_source is never `auto`.
+  AttentionOptions for_shape(const AttentionShape& shape) const;
+  // Calls with more keys than this write (forward) and read (backward) o_residual, i.e. their
+  // resolved delta_source is `compensated`: 0 for compensated (and auto outside `fused`),
+  // kAutoExactMaxKeys for auto, INT_MAX for rounded and exact. Callers size their buffers by
+  // needs_residual.
+  int residual_above_keys() const;
+  bool needs_residual(const AttentionShape& shape) const { return shape.k_len > residual_above_keys(); }
   int resolved_tile_q() const;
   int resolved_tile_k() const;
   // Throws std::invalid_argument naming the offending field.

@@ -27,6 +27,9 @@ enum class DeltaSource : std::uint8_t {
   rounded,      // the BF16 O (the paper and FlashAttention-2/3)
   compensated,  // the BF16 O plus a BF16 residual of its rounding, summed in FP32
   exact,        // rowsum(dP * P): no O involved, one more pass over the keys
+  // "auto": the cheaper clean source for the call, exact in fused numerics up to kAutoExactMaxKeys
+  // keys, else compensated (AttentionOptions::for_shape resolves it; attention.hpp)
+  automatic,
 };
 
 // The choice of the softmax shift m (docs/numerics-contract.md "Shift policies").

@@ -28,8 +28,9 @@ extern "C" {
 
 /* Bumped whenever a signature or a meaning below changes; the Python loader refuses a library of
  * another. 2: every tensor's strides are passed through (1 took one dense layout for all), and the
- * *_check functions. 3: sf_recommended_options. */
-#define SF_C_ABI_VERSION 3
+ * *_check functions. 3: sf_recommended_options. 4: sf_options_residual_above_keys replaces
+ * sf_options_needs_residual (delta_source = auto decides by the key length). */
+#define SF_C_ABI_VERSION 4
 
 /* Return codes. */
 #define SF_OK 0
@@ -46,11 +47,14 @@ typedef struct sf_options sf_options;
  * policy, rounded delta, device cuda). NULL on error, with the message in err. */
 SF_API sf_options* sf_options_create(const char* const* keys, const char* const* values, int n, char* err, size_t err_size);
 SF_API void sf_options_destroy(sf_options* options);
-/* 1 when the forward must write, and the backward read, o_residual (delta_source = compensated). */
-SF_API int sf_options_needs_residual(const sf_options* options);
+/* Calls with more keys (k_len) than this write (forward) and read (backward) o_residual: 0 for
+ * delta_source compensated (every call), 128 for auto (the exact delta up to 128 keys, the
+ * compensated one above), INT32_MAX for rounded and exact (none). */
+SF_API int32_t sf_options_residual_above_keys(const sf_options* options);
 /* The attention stableflash recommends, as static text "name=value;name=value;...": the project's
  * one definition of its default (attention::recommended_settings; today fused numerics, the
- * standard shift, delta from the compensated output, the FP32 normalizer, 7 round bits;
+ * standard shift, delta_source auto (the exact delta up to 128 keys, else the compensated
+ * output's), the FP32 normalizer, 7 round bits;
  * docs/numerics-findings.md "Recommendation"). sf_options_create starts from the plain defaults
  * above, not from these: a caller that wants the recommended attention passes these pairs first
  * (the Python package does). Never NULL; owned by the library. */

@@ -96,25 +96,26 @@ def _forward_outputs(q, needs_residual):
 
 
 def _forward_kernel(q, k, v, causal, scale, options):
-    """Returns o, lse and o_residual (empty unless delta_source = compensated)."""
+    """Returns o, lse and o_residual (empty unless the δ source is compensated for these keys)."""
     cuda = q.is_cuda
     opts = parse_options(options, causal, scale, "cuda" if cuda else "cpu")
-    o, lse, res = _forward_outputs(q, opts.needs_residual)  # laid out from the caller's q, as the fake does
+    residual = opts.needs_residual(k.shape[2])
+    o, lse, res = _forward_outputs(q, residual)  # laid out from the caller's q, as the fake does
     # the kernels take every view whose rows they can address; the rest are copied once (the one rule)
     aq, ak, av = _FORWARD_ALIGN
     q, k, v = _layout.for_kernels(q, aq), _layout.for_kernels(k, ak), _layout.for_kernels(v, av)
-    _run(_capi_forward, q, _shape(q, k), opts, q, k, v, o, lse, res)
+    _run(_capi_forward, q, _shape(q, k), opts, q, k, v, o, lse, res if residual else None)
     return o, lse, res
 
 
 def _capi_forward(stream, shape, opts, q, k, v, o, lse, res):
     _capi.forward(shape, opts, stream, _tensor(q), _tensor(k), _tensor(v), _tensor(o), lse.data_ptr(),
-                  _tensor(res) if opts.needs_residual else None)
+                  None if res is None else _tensor(res))
 
 
 def _forward_fake(q, k, v, causal, scale, options):
     # options are parsed here too (host only, cached), so a bad one fails at trace time
-    return _forward_outputs(q, parse_options(options, causal, scale, "cuda" if q.is_cuda else "cpu").needs_residual)
+    return _forward_outputs(q, parse_options(options, causal, scale, "cuda" if q.is_cuda else "cpu").needs_residual(k.shape[2]))
 
 
 def _backward_outputs(q, k, v):
@@ -138,7 +139,7 @@ def _backward_kernel(d_o, q, k, v, o, lse, o_residual, causal, scale, options):
 
 def _capi_backward(stream, shape, opts, q, k, v, o, lse, res, d_o, dq, dk, dv):
     _capi.backward(shape, opts, stream, _tensor(q), _tensor(k), _tensor(v), _tensor(o), lse.data_ptr(),
-                   _tensor(res) if opts.needs_residual else None, _tensor(d_o), _tensor(dq), _tensor(dk), _tensor(dv))
+                   _tensor(res) if opts.needs_residual(shape[4]) else None, _tensor(d_o), _tensor(dq), _tensor(dk), _tensor(dv))
 
 
 def _backward_fake(d_o, q, k, v, o, lse, o_residual, causal, scale, options):
