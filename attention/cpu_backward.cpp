@@ -97,8 +97,7 @@ void check_backward_args(const BackwardArgs& a, const AttentionOptions& opt) {
     throw std::invalid_argument("numerics: 'reference' has FP64 outputs; call reference_backward()");
   if (!a.q || !a.k || !a.v || !a.o || !a.lse || !a.d_o)
     throw std::invalid_argument("attention_backward: q, k, v, o, lse and do are required");
-  if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
-    throw std::invalid_argument("delta_source: 'compensated' (and 'auto' above " + std::to_string(kAutoExactMaxKeys) + " keys) needs the forward's o_residual");
+  opt.require_residual(a.shape, a.o_residual != nullptr, "the forward's o_residual");
 }
 
 // Sums rows of `weights` [rows, cols] (only the first `count(r)` entries of row r are nonzero)

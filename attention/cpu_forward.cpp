@@ -253,8 +253,7 @@ void attention_forward(const ForwardArgs& a, const AttentionOptions& options) {
   if (opt.numerics == Numerics::reference)
     throw std::invalid_argument("numerics: 'reference' has FP64 outputs; call reference_forward()");
   if (!a.q || !a.k || !a.v || !a.o || !a.lse) throw std::invalid_argument("attention_forward: q, k, v, o and lse are required");
-  if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
-    throw std::invalid_argument("delta_source: 'compensated' (and 'auto' above " + std::to_string(kAutoExactMaxKeys) + " keys) needs an o_residual output buffer");
+  opt.require_residual(a.shape, a.o_residual != nullptr, "an o_residual output buffer");
   with_shift_policy(opt.policy, opt.policy_params, [&](const auto& policy) { forward_with_policy(policy, a, opt); });
 }
 

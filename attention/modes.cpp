@@ -110,6 +110,12 @@ int AttentionOptions::residual_above_keys() const {
   return std::numeric_limits<int>::max();
 }
 
+void AttentionOptions::require_residual(const AttentionShape& shape, bool present, const char* what) const {
+  if (present || !needs_residual(shape)) return;
+  throw std::invalid_argument("delta_source: 'compensated' (and 'auto' above " + std::to_string(kAutoExactMaxKeys) +
+                              " keys in fused numerics, every length in paper numerics) needs " + what);
+}
+
 void AttentionOptions::validate(const AttentionShape& s) const {
   auto fail = [](const std::string& what) { throw std::invalid_argument(what); };
   if (s.batch < 1 || s.heads < 1 || s.q_len < 1 || s.k_len < 1)

@@ -157,8 +157,7 @@ void check_shape_options(const AttentionShape& s, const AttentionOptions& opt, b
 
 void check_tensors(const ForwardArgs& a, const AttentionOptions& opt) {
   if (!a.q || !a.k || !a.v || !a.o || !a.lse) throw std::invalid_argument("attention_forward: q, k, v, o and lse are required");
-  if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
-    throw std::invalid_argument("delta_source: 'compensated' (and 'auto' above " + std::to_string(kAutoExactMaxKeys) + " keys) needs an o_residual output buffer");
+  opt.require_residual(a.shape, a.o_residual != nullptr, "an o_residual output buffer");
   for (const TensorNeed& n : forward_tensors(a)) check_tensor(n);
   check_forward_index_ranges(a.shape, opt);
 }
@@ -166,8 +165,7 @@ void check_tensors(const ForwardArgs& a, const AttentionOptions& opt) {
 void check_tensors(const BackwardArgs& a, const AttentionOptions& opt) {
   if (!a.q || !a.k || !a.v || !a.o || !a.lse || !a.d_o)
     throw std::invalid_argument("attention_backward: q, k, v, o, lse and do are required");
-  if (opt.delta_source == DeltaSource::compensated && !a.o_residual)
-    throw std::invalid_argument("delta_source: 'compensated' (and 'auto' above " + std::to_string(kAutoExactMaxKeys) + " keys) needs the forward's o_residual");
+  opt.require_residual(a.shape, a.o_residual != nullptr, "the forward's o_residual");
   for (const TensorNeed& n : backward_tensors(a)) check_tensor(n);
   check_backward_index_ranges(a.shape, opt);
 }

@@ -114,6 +114,9 @@ struct AttentionOptions {
   // needs_residual.
   int residual_above_keys() const;
   bool needs_residual(const AttentionShape& shape) const { return shape.k_len > residual_above_keys(); }
+  // The forward's and backward's argument check of it (CPU and CUDA): std::invalid_argument naming
+  // the rule when the call needs o_residual and has none. `what`: the buffer, as the message says it.
+  void require_residual(const AttentionShape& shape, bool present, const char* what) const;
   int resolved_tile_q() const;
   int resolved_tile_k() const;
   // Throws std::invalid_argument naming the offending field.
