@@ -129,7 +129,8 @@ def table(meta, rows):
     policy, delta, shapes = collect(meta, rows)
     out = []
     p = out.append
-    p(f"Attention sweep: ours = fused + {policy} shift + {delta} δ (the default); cure = {delta} vs rounded δ "
+    auto = "; auto: the exact δ up to 128 keys, the compensated one above" if delta == "auto" else ""
+    p(f"Attention sweep: ours = fused + {policy} shift + {delta} δ (the default{auto}); cure = {delta} vs rounded δ "
       f"({policy} shift), time of forward + backward (forward / backward). TFLOP/s: forward 4·B·H·T²·D (halved when "
       f"causal), backward 2.5x. * = one of the four benchmark shapes. {device_note(meta)}, commit "
       f"{meta.get('commit', '?')[:12]}.{rounds_note(shapes)}{method_note(meta)}")
