@@ -71,7 +71,8 @@ std::vector<GqaCase> gqa_cases() {
   return {{{1, 64, 384, 384, 128, 8}, true},   // Llama: 64 query heads, 8 KV heads
           {{2, 8, 300, 300, 64, 1}, false},    // MQA
           {{1, 64, 200, 333, 64, 1}, true},    // MQA with 64 query heads, Tq != Tk
-          {{2, 6, 97, 130, 128, 3}, true}};    // groups of 2, odd lengths
+          {{2, 6, 97, 130, 128, 3}, true},     // groups of 2, odd lengths
+          {{2, 8, 100, 120, 64, 2}, true}};    // one key block: the exact delta inside the backward (auto's)
 }
 
 std::string describe(const GqaCase& c, Numerics n) {
