@@ -239,6 +239,21 @@ def attention_text():
 
 
 @test
+def the_default_saves_a_residual_only_above_one_key_block():
+    # delta_source auto: the exact delta up to 128 keys (no o_residual), the compensated one above;
+    # the op's outputs follow it, and the gradients are those of naming the source it resolves to
+    q, d_o = randn(1, 2, 60, 64), randn(1, 2, 60, 64)
+    for t_k, source in ((128, "exact"), (129, "compensated")):
+        k, v = randn(1, 2, t_k, 64), randn(1, 2, t_k, 64)
+        o, lse, res = torch.ops.stableflash.attention_forward(q, k, v, True, 0.0, attention_text())
+        assert res.shape == ((0,) if source == "exact" else q.shape), (t_k, res.shape)
+        want, _, _ = run(q, k, v, d_o, causal=True, delta_source=source)
+        got, _, _ = run(q, k, v, d_o, causal=True)
+        for what, g, w in zip(("o", "dq", "dk", "dv"), got, want):
+            bitwise(f"Tk {t_k} auto against {source}: {what}", g, w)
+
+
+@test
 def double_backward_raises_and_create_graph_runs():
     q, k, v, d_o = (randn(1, 2, 16, 64) for _ in range(4))
     want, _, _ = run(q, k, v, d_o, causal=True)
