@@ -11,7 +11,7 @@
 #                                                     # (and build-cuda/devbin.tar.xz, what travels) and
 #                                                     # the peer scripts to .peers
 #   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-audit] [--skip-peer-values] [--skip-bench]
-#                                              [--skip-train] [--train-only] [--skip-dist] [--dist-only] [--skip-python] [--python [--full]]
+#                                              [--skip-train] [--skip-train-bench] [--train-only] [--skip-dist] [--dist-only] [--skip-python] [--python [--full]]
 #                                              [--skip-dist-bench] [--dist-bench-only] [--sweep]
 # --sweep adds the attention sweep of issue 12 (scripts/attention-sweep.sh, about 4 minutes: ours and the
 # cuDNN and FA2 peers over B·H 8-512, T 128-16384, D 64/128, causal and full) after the benchmark;
@@ -65,7 +65,7 @@ if [ "${1:-}" = "pack" ]; then
   exit 0
 fi
 
-quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1 train=1 dist=1 train_single=1 python=1 dist_checks=1 dist_bench=1 sweep=0
+quick=0 tests=1 sanitizer=1 bench=1 audit=1 peer_values=1 train=1 dist=1 train_single=1 train_bench=1 python=1 dist_checks=1 dist_bench=1 sweep=0
 python_mode=  # --quick or --full for device-check-python.sh; --python alone: --quick
 for a in "$@"; do
   case "$a" in
@@ -77,6 +77,7 @@ for a in "$@"; do
     --skip-audit) audit=0 ;;
     --skip-peer-values) peer_values=0 ;;
     --skip-train) train=0 ;;
+    --skip-train-bench) train_bench=0 ;;  # the trainer's GPU tests without the GPT-2 benchmark and its peer
     --skip-dist) dist=0 ;;
     --dist-only) tests=0 sanitizer=0 bench=0 audit=0 peer_values=0 train_single=0 python=0 ;;
     # The data-parallel part in two calls, for callers with a per-command time limit:
@@ -334,6 +335,7 @@ if [ $train = 1 ] && [ $train_single = 1 ]; then
     [ $rc = 0 ] || { echo "$suite: exit $rc"; tail -30 "$OUT/$suite.log"; status=1; }
   done
 
+  if [ $train_bench = 1 ]; then
   step "benchmark: training GPT-2 124M, B 16, T 1024 (ours, then the PyTorch peer)"
   : >"$OUT/train-bench.jsonl"
   for det in true false; do
@@ -359,6 +361,7 @@ for o in ours:
 print(f"| PyTorch (compile={peer['compile']}, sdpa {peer['sdpa']}, bias={peer['bias']}) | {peer['ms_per_step']:.2f} | "
       f"{peer['tokens_per_s']:.0f} | {peer['peak_mem_gib']:.2f} | | 1.000x | 1.00x |")
 EOF
+  fi
 fi
 
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
