@@ -143,21 +143,25 @@ std::string device_name() {
   return prop.name;
 }
 
+namespace {
+
+// The checks on options whose delta_source is resolved (AttentionOptions::for_shape): the entry
+// points below resolve once and call these; the public checks resolve first.
+template <class Args>
+void check_resolved_args(const Args& a, const AttentionOptions& resolved) {
+  check_shape_options(a.shape, resolved, head_dim_compiled(a.shape.head_dim));
+  check_tensors(a, resolved);
+}
+
+}  // namespace
+
 void check_supported(const AttentionShape& s, const AttentionOptions& options) {
   check_shape_options(s, options.for_shape(s), head_dim_compiled(s.head_dim));
 }
 
-void check_supported_args(const ForwardArgs& a, const AttentionOptions& options) {
-  const AttentionOptions opt = options.for_shape(a.shape);
-  check_supported(a.shape, opt);
-  check_tensors(a, opt);
-}
+void check_supported_args(const ForwardArgs& a, const AttentionOptions& options) { check_resolved_args(a, options.for_shape(a.shape)); }
 
-void check_supported_args(const BackwardArgs& a, const AttentionOptions& options) {
-  const AttentionOptions opt = options.for_shape(a.shape);
-  check_supported(a.shape, opt);
-  check_tensors(a, opt);
-}
+void check_supported_args(const BackwardArgs& a, const AttentionOptions& options) { check_resolved_args(a, options.for_shape(a.shape)); }
 
 void execute_forward(const ForwardArgs& a, const AttentionOptions& opt, const ForwardPlan& plan, const ForwardLauncher& launch) {
   const AttentionShape& s = a.shape;
@@ -259,7 +263,7 @@ void execute_backward(const BackwardArgs& a, const AttentionOptions& opt, const 
 
 void forward(const ForwardArgs& a, const AttentionOptions& options) {
   const AttentionOptions opt = options.for_shape(a.shape);
-  check_supported_args(a, opt);
+  check_resolved_args(a, opt);
   const ForwardPlan plan = plan_forward(a, opt, multiprocessors());
   execute_forward(a, opt, plan, [&](const ForwardParams& p, cudaStream_t stream) {
     with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_forward<D, kPaper>(p, plan, stream); });
@@ -268,7 +272,7 @@ void forward(const ForwardArgs& a, const AttentionOptions& options) {
 
 void delta(const BackwardArgs& a, const AttentionOptions& options, float* delta_out) {
   const AttentionOptions opt = options.for_shape(a.shape);
-  check_supported_args(a, opt);
+  check_resolved_args(a, opt);
   if (!delta_out) throw std::invalid_argument("attention_delta: the delta output is required");
   const BackwardPlan plan = plan_backward(a, opt, /*with_gradients=*/false);
   BackwardParams p = backward_params(a, opt);
@@ -279,13 +283,13 @@ void delta(const BackwardArgs& a, const AttentionOptions& options, float* delta_
 
 std::size_t backward_workspace_bytes(const BackwardArgs& a, const AttentionOptions& options) {
   const AttentionOptions opt = options.for_shape(a.shape);
-  check_supported(a.shape, opt);
+  check_shape_options(a.shape, opt, head_dim_compiled(a.shape.head_dim));
   return plan_backward(a, opt).workspace.total;
 }
 
 void backward(const BackwardArgs& a, const AttentionOptions& options) {
   const AttentionOptions opt = options.for_shape(a.shape);
-  check_supported_args(a, opt);
+  check_resolved_args(a, opt);
   if (!a.dq || !a.dk || !a.dv) throw std::invalid_argument("attention_backward: dq, dk and dv outputs are required");
   const BackwardPlan plan = plan_backward(a, opt);
   execute_backward(a, opt, plan, [&](const BackwardParams& p, cudaStream_t stream) {

@@ -83,17 +83,7 @@ TEST(BackwardGpu, DeterministicModeIsBitwiseReproducibleOver50Runs) {
   for (Numerics n : {Numerics::fused, Numerics::paper}) {
     AttentionOptions opt;
     opt.numerics = n, opt.causal = true, opt.deterministic = true;
-    const Outputs first = run_gpu(in, opt, true);
-    int differing_runs = 0;
-    for (int run = 1; run < 50; ++run) {
-      const Outputs again = run_gpu(in, opt, true);
-      bool same = true;
-      for (std::size_t i = 0; i < first.dq.size(); ++i) same &= first.dq[i].bits == again.dq[i].bits;
-      for (std::size_t i = 0; i < first.dk.size(); ++i)
-        same &= first.dk[i].bits == again.dk[i].bits && first.dv[i].bits == again.dv[i].bits;
-      differing_runs += !same;
-    }
-    EXPECT_EQ(differing_runs, 0) << to_string(n) << ": runs whose gradients differ from the first";
+    EXPECT_EQ(runs_differing_from_first(in, opt, 50), 0) << to_string(n) << ": runs whose outputs differ from the first";
   }
 }
 
@@ -108,14 +98,7 @@ TEST(BackwardGpu, ExactDeltaOfOneKeyBlockIsBitwiseReproducible) {
       const Inputs in = random_inputs(s, Layout::bhtd, 4400 + s.head_dim);
       AttentionOptions opt;
       opt.numerics = n, opt.causal = true, opt.delta_source = DeltaSource::exact;
-      const Outputs first = run_gpu(in, opt, /*backward=*/true);
-      int differing_runs = 0;
-      for (int run = 1; run < 10; ++run) {
-        const Outputs again = run_gpu(in, opt, /*backward=*/true);
-        differing_runs += !(same_bits(first.delta, again.delta) && same_bits(first.dq, again.dq) && same_bits(first.dk, again.dk) &&
-                            same_bits(first.dv, again.dv));
-      }
-      EXPECT_EQ(differing_runs, 0) << "runs whose delta or gradients differ from the first";
+      EXPECT_EQ(runs_differing_from_first(in, opt, 10), 0) << "runs whose outputs differ from the first";
     }
 }
 

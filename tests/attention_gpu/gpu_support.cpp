@@ -143,6 +143,18 @@ Outputs run_gpu(const Inputs& in, const AttentionOptions& options, bool backward
   return out;
 }
 
+int runs_differing_from_first(const Inputs& in, const AttentionOptions& opt, int runs) {
+  const Outputs first = run_gpu(in, opt, /*backward=*/true);
+  int differing = 0;
+  for (int run = 1; run < runs; ++run) {
+    const Outputs again = run_gpu(in, opt, /*backward=*/true);
+    differing += !(same_bits(first.o, again.o) && same_bits(first.lse, again.lse) && same_bits(first.residual, again.residual) &&
+                   same_bits(first.delta, again.delta) && same_bits(first.dq, again.dq) && same_bits(first.dk, again.dk) &&
+                   same_bits(first.dv, again.dv));
+  }
+  return differing;
+}
+
 BackwardInputsOnDevice::BackwardInputsOnDevice(const Inputs& in, const Outputs& forward)
     : shape(in.shape),
       layout(in.layout),

@@ -70,6 +70,9 @@ struct Outputs {
 // GPU forward (+ backward when `backward`) on guarded device buffers; every guard checked with
 // EXPECT (a failure names the tensor).
 Outputs run_gpu(const Inputs& in, const AttentionOptions& opt, bool backward, bool count_ties = false);
+// Forward + backward `runs` times: how many runs give any output (o, lse, the residual, delta, dq,
+// dk, dv) with other bits than the first run's. The bitwise-reproducibility tests expect 0.
+int runs_differing_from_first(const Inputs& in, const AttentionOptions& opt, int runs);
 // A backward's inputs on the device, for tests that call attention_backward or attention_delta
 // themselves: q, k, v, dO from `in`; o, lse and (when the forward wrote one) the residual from a
 // forward's outputs. args() points a BackwardArgs at them (shape, layout; gradients left to the test).

@@ -175,14 +175,7 @@ TEST(GroupedQueryGpu, DeterministicModeIsBitwiseReproducible) {
   for (Numerics n : {Numerics::fused, Numerics::paper}) {
     AttentionOptions opt;
     opt.numerics = n, opt.causal = true, opt.deterministic = true;
-    const Outputs first = run_gpu(in, opt, /*backward=*/true);
-    int differing_runs = 0;
-    for (int run = 1; run < 20; ++run) {
-      const Outputs again = run_gpu(in, opt, /*backward=*/true);
-      differing_runs += !(same_bits(first.dq, again.dq) && same_bits(first.dk, again.dk) && same_bits(first.dv, again.dv) &&
-                          same_bits(first.o, again.o));
-    }
-    EXPECT_EQ(differing_runs, 0) << to_string(n) << ": runs whose outputs differ from the first";
+    EXPECT_EQ(runs_differing_from_first(in, opt, 20), 0) << to_string(n) << ": runs whose outputs differ from the first";
   }
 }
 
