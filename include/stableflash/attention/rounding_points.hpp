@@ -91,6 +91,9 @@ SF_HD float rescale(float m_old, float m_new) { return exp_fp32(sub_rn(m_old, m_
 // exp(y) = exp2(FP32(y * log2(e))). A score equal to m gives exactly 1, as pbar() does, so tied
 // maxima stay exact ties (the midpoint structure the audit measures). The relative error is
 // ~2^-22 + |y| 2^-24 (docs/numerics-contract.md allows the exp implementation to differ).
+// FlashAttention's single FMA(dot, scale log2 e, -m log2 e) would save two operations a score but
+// gives 1 + (the rounding error of m log2 e) at the maximum, which biases the compensated delta
+// (docs/numerics-findings.md section 3): measured and not adopted.
 inline constexpr float kLog2e = 1.44269504088896341f;
 SF_HD float exp_fast(float y) { return exp2_fast(mul_rn(y, kLog2e)); }
 SF_HD float pbar_fast(float s, float m) { return exp_fast(sub_rn(s, m)); }
