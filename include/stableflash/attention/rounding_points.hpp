@@ -92,7 +92,8 @@ SF_HD float rescale(float m_old, float m_new) { return exp_fp32(sub_rn(m_old, m_
 // maxima stay exact ties (the midpoint structure the audit measures). The relative error is
 // ~2^-22 + |y| 2^-24 (docs/numerics-contract.md allows the exp implementation to differ).
 // FlashAttention's single FMA(dot, scale log2 e, -m log2 e) would save two operations a score but
-// gives 1 + (the rounding error of m log2 e) at the maximum, which biases the compensated delta
+// gives 1 + (the rounding error of m log2 e) at the maximum, a factor of the row that the FP32 row
+// sum carries and the BF16 numerator does not, which biases the compensated delta
 // (docs/numerics-findings.md section 3): measured and not adopted.
 inline constexpr float kLog2e = 1.44269504088896341f;
 SF_HD float exp_fast(float y) { return exp2_fast(mul_rn(y, kLog2e)); }
