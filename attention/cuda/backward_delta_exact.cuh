@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(con
   }
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    const float sum = quad_sum(part[hf]);
+    const float sum = one_block ? part[hf] : quad_sum(part[hf]);  // one_block: every group already quad-summed
     const int i = m0 + warp * 16 + g + 8 * hf;
     if (t == 0 && i < p.q_len) p.delta[row_base + i] = sum;
   }
