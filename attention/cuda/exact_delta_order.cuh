@@ -3,9 +3,9 @@
 // 128, BackwardPlan::dq_direct). There the main backward kernel forms the delta itself from the P
 // and dP it computes anyway (DeltaPass::in_main: no pass over the keys, no delta from the output),
 // and the exact pass, which attention_delta still runs alone, adds in the same order, so that both
-// would give the same bits from the same P and dP (the first GPU run found them different: the
-// tensor cores' transposed products, K Q^T and V dO^T here, Q K^T and dO V^T there, apparently differ
-// in their last bits; the GPU test bounds the difference instead and counts the rows that agree):
+// give the same bits from the same P and dP (BackwardGpu.DeltaAloneEqualsTheBackwardsDeltaBitForBit;
+// the tensor cores' transposed products, K Q^T and V dO^T here, Q K^T and dO V^T there, agree bit for
+// bit: a first GPU run that found the two apart had the pass quad-summing each row twice):
 //   a 16-key group w (keys 16 w ..): a_g = P_g dP_g + P_(g+8) dP_(g+8) (one multiply, one FMA) for
 //     g = 0..7, then ((a_0 + a_1) + (a_2 + a_3)) + ((a_4 + a_5) + (a_6 + a_7)) = G_w;
 //   the row's delta: ((0 + G_0) + G_1) + ... + G_7, the groups in key order.
