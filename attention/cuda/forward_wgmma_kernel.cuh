@@ -222,18 +222,17 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
 struct NoMarks {
   __device__ void operator()(int) const {}
 };
-template <class Traits, bool kWaitReads = true, class Rows, class Sync, class Marks = NoMarks>
-__device__ __forceinline__ void store_outputs_by_tma(const ForwardParams& p, const Rows& rows, int m0, int h, int b, int t,
-                                                     std::uint32_t s_o, std::uint32_t s_r, bool leader, Sync&& sync,
-                                                     Marks&& staged = {}) {
+// O (and the residual) of a warpgroup's rows staged at s_o (s_r) for the bulk stores, and made
+// visible to the copy engine (each thread's fence; the caller orders them before the issuing thread).
+template <class Traits, class Rows>
+__device__ __forceinline__ void stage_outputs(const ForwardParams& p, const Rows& rows, std::uint32_t s_o, std::uint32_t s_r) {
   constexpr int D = Traits::kHeadDim;
   using Tile = WgmmaTile<64, D>;
   static_assert(D % 32 == 0, "stmatrix x4: four 8-column blocks at a time");
   const bool residual = p.o_residual != nullptr;
-  using Epilogue = ForwardEpilogue<Rows>;
   const int lane = threadIdx.x % 32;
   std::uint32_t o4[4], r4[4];  // the pairs of four consecutive 8-column blocks, one per matrix
-  Epilogue::template finalize_outputs<true>(rows, p, residual, [&](int, int lrow, int nd, std::uint32_t o2, std::uint32_t r2) {
+  ForwardEpilogue<Rows>::template finalize_outputs<true>(rows, p, residual, [&](int, int lrow, int nd, std::uint32_t o2, std::uint32_t r2) {
     o4[nd % 4] = o2, r4[nd % 4] = r2;
     if (nd % 4 != 3) return;
     // Lane l addresses row l % 8 of matrix l / 8: the 8 rows of this half (lrow - lane / 4 is its
@@ -242,20 +241,35 @@ __device__ __forceinline__ void store_outputs_by_tma(const ForwardParams& p, con
     stmatrix_x4(s_o + off, o4);
     if (residual) stmatrix_x4(s_r + off, r4);
   });
-  staged(0);
   fence_proxy_async_smem();  // the copy engine reads what the threads wrote
-  sync();                    // every thread of the warpgroup has staged its part
+}
+
+// The bulk stores of 64 staged rows from m0 (rows past Tq are clipped by the copy engine), one
+// commit group.
+template <int D>
+__device__ __forceinline__ void issue_output_stores(const ForwardParams& p, std::uint32_t s_o, std::uint32_t s_r, int m0, int h, int b) {
+  using Tile = WgmmaTile<64, D>;
+#pragma unroll
+  for (int x = 0; x < D / 64; ++x) {
+    tma_store_4d(&p.tma_o, s_o + x * Tile::kBlockBytes, 64 * x, m0, h, b);
+    if (p.o_residual) tma_store_4d(&p.tma_o_residual, s_r + x * Tile::kBlockBytes, 64 * x, m0, h, b);
+  }
+  bulk_commit_group();
+}
+
+template <class Traits, bool kWaitReads = true, class Rows, class Sync, class Marks = NoMarks>
+__device__ __forceinline__ void store_outputs_by_tma(const ForwardParams& p, const Rows& rows, int m0, int h, int b, int t,
+                                                     std::uint32_t s_o, std::uint32_t s_r, bool leader, Sync&& sync,
+                                                     Marks&& staged = {}) {
+  stage_outputs<Traits>(p, rows, s_o, s_r);
+  staged(0);
+  sync();  // every thread of the warpgroup has staged its part
   staged(1);
   if (leader) {
-#pragma unroll
-    for (int x = 0; x < D / 64; ++x) {
-      tma_store_4d(&p.tma_o, s_o + x * Tile::kBlockBytes, 64 * x, m0, h, b);
-      if (residual) tma_store_4d(&p.tma_o_residual, s_r + x * Tile::kBlockBytes, 64 * x, m0, h, b);
-    }
-    bulk_commit_group();
+    issue_output_stores<Traits::kHeadDim>(p, s_o, s_r, m0, h, b);
     if constexpr (kWaitReads) bulk_wait_group_read<0>();  // shared memory must outlive the copies' reads
   }
-  Epilogue::store_row_stats(rows, p, b, h, t);
+  ForwardEpilogue<Rows>::store_row_stats(rows, p, b, h, t);
 }
 
 template <class Traits, class Policy>

@@ -21,8 +21,11 @@
 // advance (rounds). A grid with a CTA per tile runs the same code for one round (the kernel lab's
 // comparison).
 //
+// A tile's outputs: each consumer stages O (and the residual) in tiles of its own and hands them to
+// the store warp (producer warp 1), which issues the bulk stores; the consumer stores lse and walks on.
+//
 // Shared memory (WsForwardTraits::SharedStorage): Q of each consumer [64, D], the K and V stages,
-// O and residual staging tiles per consumer, the barriers.
+// O and residual staging tiles per consumer, the barriers, the tile records.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +41,9 @@ namespace stableflash::attention::cuda {
 
 // Barrier slots (8 bytes each) after the tiles: per consumer Q full (the producer's copy landed)
 // and Q empty (every consumer thread is done with it); per stage K full, V full and K empty,
-// V empty (every consumer thread is done with the tile).
+// V empty (every consumer thread is done with the tile); per consumer `staged` (every consumer
+// thread has staged its outputs, or has none this round) and `stage_free` (the store warp's copies
+// have read them).
 template <int kConsumers>
 struct WsBarriers {
   static constexpr int kStages = kWsForwardStages;
@@ -49,6 +54,8 @@ struct WsBarriers {
   __device__ std::uint32_t v_full(int s) const { return base + 8 * (2 * kConsumers + kStages + s); }
   __device__ std::uint32_t k_empty(int s) const { return base + 8 * (2 * kConsumers + 2 * kStages + s); }
   __device__ std::uint32_t v_empty(int s) const { return base + 8 * (2 * kConsumers + 3 * kStages + s); }
+  __device__ std::uint32_t staged(int consumer) const { return base + 8 * (2 * kConsumers + 4 * kStages + consumer); }
+  __device__ std::uint32_t stage_free(int consumer) const { return base + 8 * (3 * kConsumers + 4 * kStages + consumer); }
 };
 
 // A place in the K/V ring, which runs on across a CTA's tiles: position n is in stage n % kStages,
@@ -68,7 +75,7 @@ struct KvRingPlace {
 // (ProducerMark, by ring position) and of each consumer's tiles (TileMark, by round). Production
 // traits have no timeline, and the calls below compile to nothing.
 enum class ProducerMark : int { tile_drawn, k_free, k_issued, v_free, v_issued, count };
-enum class TileMark : int { q_ready, walk_done, store_free, staged, synced, stored, count };
+enum class TileMark : int { q_ready, walk_done, store_free, staged, synced /* handed to the store warp */, stored, count };
 template <class Traits>
 concept HasTimeline = requires { Traits::mark_step(0, 0u); };
 template <class Traits>
@@ -247,6 +254,35 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
   }
 }
 
+// The store warp (producer warp 1, one thread; store_by_tma): per round, each consumer's staged
+// outputs (`staged`: all its threads arrived, the tile in shared.staged) go out by bulk stores, and
+// once the copies have read them every consumer gets its staging tiles back (`stage_free`, every
+// round, so a consumer is never more than a round ahead). The consumers' warps neither wait for
+// each other nor for a thread issuing the copies at a tile's end: issuing them took warp 0 of each
+// consumer ~1,300 cycles a tile in the kernel lab's timeline (docs/benchmarks.md), and the next
+// step's turn waited for that warp. Not inlined: inlined, ptxas spilled the producer's registers
+// (40 a thread after setmaxnreg) in its tile decoding; called, it keeps bars in local memory (one
+// load a round).
+template <class Traits>
+__device__ __noinline__ void store_tiles(const ForwardParams& p, const WsBarriers<Traits::kConsumers>& bars, const volatile WsTile* staged,
+                                            std::uint32_t s_o, std::uint32_t s_res) {
+  constexpr int C = Traits::kConsumers;
+  for (int round = 0;; ++round) {
+    bool end = true;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      mbar_wait(bars.staged(c), round & 1);
+      const int steps = staged[c].steps;
+      end = end && steps == WsTile::kEnd;
+      if (steps > 0) issue_output_stores<Traits::kHeadDim>(p, s_o + c * Traits::kSmemQ, s_res + c * Traits::kSmemQ, staged[c].m0, staged[c].h, staged[c].b);
+    }
+    if (end) break;  // every consumer past the last tile (they all see the same end)
+    bulk_wait_group_read<0>();
+#pragma unroll
+    for (int c = 0; c < C; ++c) mbar_arrive(bars.stage_free(c));
+  }
+}
+
 template <class Traits, class Policy>
 __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kernel(const __grid_constant__ ForwardParams p) {
   static_assert(kFastPathInstantiable<Traits::kPaper, Policy>, "the fast path only");
@@ -261,6 +297,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < C; ++i) mbar_init(feed.bars.q(i), 1), mbar_init(feed.bars.q_empty(i), 128);  // every consumer thread
+    for (int i = 0; i < C; ++i) mbar_init(feed.bars.staged(i), 128), mbar_init(feed.bars.stage_free(i), 1);  // the store warp
     for (int s = 0; s < kWsForwardStages; ++s) {
       mbar_init(feed.bars.k_full(s), 1), mbar_init(feed.bars.v_full(s), 1);
       mbar_init(feed.bars.k_empty(s), 128 * C), mbar_init(feed.bars.v_empty(s), 128 * C);  // every consumer thread
@@ -275,7 +312,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform (see the wgmma backward)
   if (wg == 0) {
     release_registers<Traits::kProducerRegisters>();
-    if (threadIdx.x == 0) produce_tiles<Traits>(p, WsTileOrder<Traits::kCtaRows, D>(p), feed, s_q, &shared.tile);
+    if (threadIdx.x == 0) {
+      produce_tiles<Traits>(p, WsTileOrder<Traits::kCtaRows, D>(p), feed, s_q, &shared.tile);
+    } else if (threadIdx.x == 32 && p.store_by_tma) {  // else: nothing of it stays live across the producer's loop
+      store_tiles<Traits>(p, feed.bars, shared.staged, smem_u32(shared.o), smem_u32(shared.residual));
+    }
     return;
   }
   claim_registers<Traits::kConsumerRegisters>();
@@ -283,18 +324,31 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   const int c = wg - 1;  // this consumer's 64 rows of every tile: m0 + 64 c ...
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t = lane % 4;
   const std::uint32_t s_qc = s_q + c * Traits::kSmemQ, s_oc = s_o + c * Traits::kSmemQ, s_rc = s_res + c * Traits::kSmemQ;
-  const auto consumer_sync = [c] { named_barrier_sync(1 + c, 128); };  // named barrier 1 + c: this consumer's threads
   ProducerFeed<Traits> tile_feed = feed;
   tile_feed.consumer = c;
   // named barriers 1 + C + c: consumer c's turn
   tile_feed.turn_bar = 1 + C + c, tile_feed.next_turn_bar = 1 + C + (c + 1) % C;
   if (c == 0) named_barrier_arrive(tile_feed.turn_bar, 256);  // the first turn is consumer 0's
+  // store_by_tma: this consumer's outputs of the round to the store warp (kEnd: past the last tile;
+  // 0: no rows). Its staging tiles are free again once the store warp has had the last round's read.
+  volatile WsTile& to_store = shared.staged[c];
+  const auto hand_to_store = [&](int round, int m0c_, int h_, int b_, int what) {
+    if (tid == 0) to_store.m0 = m0c_, to_store.h = h_, to_store.b = b_, to_store.steps = what;
+    mbar_arrive(feed.bars.staged(c));  // release: the staged tiles (fenced) and the record
+    mark_tile<Traits>(TileMark::synced, round);
+  };
   for (int round = 0;; ++round) {
     mbar_wait(feed.bars.q(c), round & 1);
     mark_tile<Traits>(TileMark::q_ready, round);
     const volatile WsTile& handed = shared.tile;
     const int total = handed.steps;
-    if (total == WsTile::kEnd) break;
+    if (total == WsTile::kEnd) {
+      if (p.store_by_tma) {
+        if (round > 0) mbar_wait(feed.bars.stage_free(c), (round - 1) & 1);
+        hand_to_store(round, 0, 0, 0, WsTile::kEnd);
+      }
+      break;
+    }
     const int m0 = handed.m0, h = handed.h, b = handed.b, m0c = m0 + 64 * c;
     const int own = steps_of_rows<64, Traits>(p, m0c);
     Rows rows(p, nullptr, nullptr, b, h, m0c + warp * 16 + lane / 4, warp * 16 + lane / 4);
@@ -313,22 +367,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
     tile_feed.first += total;
     mark_tile<Traits>(TileMark::walk_done, round);
 
-    if (m0c < 0) continue;  // a consumer before row 0 (WsTileOrder::causal_lead): nothing to store
     if (p.store_by_tma) {
-      if (round > 0) {  // the previous tile's copies have read the staging tiles (long since)
-        if (tid == 0) bulk_wait_group_read<0>();
-        consumer_sync();
-      }
+      if (round > 0) mbar_wait(feed.bars.stage_free(c), (round - 1) & 1);  // the last round's copies read (long since)
       mark_tile<Traits>(TileMark::store_free, round);
-      store_outputs_by_tma<Traits, false>(p, rows, m0c, h, b, t, s_oc, s_rc, tid == 0, consumer_sync, [round](int k) {
-        mark_tile<Traits>(k == 0 ? TileMark::staged : TileMark::synced, round);
-      });
-    } else {
+      if (m0c >= 0) stage_outputs<Traits>(p, rows, s_oc, s_rc);
+      mark_tile<Traits>(TileMark::staged, round);
+      hand_to_store(round, m0c, h, b, m0c >= 0 ? 1 : 0);  // a consumer before row 0 (WsTileOrder::causal_lead): nothing
+      if (m0c >= 0) ForwardEpilogue<Rows>::store_row_stats(rows, p, b, h, t);
+    } else if (m0c >= 0) {
       ForwardEpilogue<Rows>::store(rows, p, b, h, t);
     }
     mark_tile<Traits>(TileMark::stored, round);
   }
-  if (p.store_by_tma && tid == 0) bulk_wait_group_read<0>();  // shared memory outlives the copies' reads
 }
 
 }  // namespace stableflash::attention::cuda

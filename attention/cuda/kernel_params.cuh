@@ -217,8 +217,11 @@ struct WsForwardTraits {
     std::uint16_t v[kWsForwardStages][kBlockK * kHeadDim];
     std::uint16_t o[kConsumers][64 * kHeadDim];
     std::uint16_t residual[kConsumers][64 * kHeadDim];
-    std::uint64_t barriers[2 * kConsumers + 4 * kWsForwardStages];  // WsBarriers
+    std::uint64_t barriers[4 * kConsumers + 4 * kWsForwardStages];  // WsBarriers
     WsTile tile;  // the round's tile: the producer's choice, read by the consumers
+    // per consumer, the round's staged outputs for the store warp: the rows' tile (m0 of the
+    // consumer's rows), steps 1 if staged, 0 if the consumer has no rows, kEnd past the last tile
+    WsTile staged[kConsumers];
   };
   static_assert(offsetof(SharedStorage, k) % 1024 == 0 && offsetof(SharedStorage, o) % 1024 == 0 &&
                     offsetof(SharedStorage, residual) % 1024 == 0 &&

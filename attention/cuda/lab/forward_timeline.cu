@@ -224,8 +224,8 @@ void run_shape(const MaskedShape& masked, int sms) {
   print_row("epilogue (per tile)", epilogue, "walk and hand-back done");
   print_row("- staging tiles free", epilogue_part[int(TileMark::store_free)], "walk and hand-back done");
   print_row("- O, residual staged", epilogue_part[int(TileMark::staged)], "staging tiles free");
-  print_row("- warpgroup synced", epilogue_part[int(TileMark::synced)], "staged");
-  print_row("- copies issued, lse stored", epilogue_part[int(TileMark::stored)], "synced");
+  print_row("- handed to the store warp", epilogue_part[int(TileMark::synced)], "staged");
+  print_row("- lse stored", epilogue_part[int(TileMark::stored)], "handed over");
   print_row("next tile's Q (per tile)", tile_gap, "outputs stored");
   print_row("producer: wait for a free K stage", producer_k_wait, "previous V issued");
   print_row("producer: wait for a free V stage", producer_v_wait, "K issued");
