@@ -95,7 +95,11 @@ __global__ void __launch_bounds__(kDeltaThreads) delta_from_output_kernel(const 
 // group j, this lane's float4 = two dims 8 j + 2 t, + 1 of queries 16 w + g and + 8, all in flight
 // before any use), then store_dq_part_rows (backward_common.cuh: the BF16 pairs exchanged within
 // each quad, 16-byte stores, 8-byte pairs where dq's rows are only 8-byte aligned: `store16`).
-// Each element is mul_rn then RN to BF16, as before (lab/backward_small_v1.cuh). Padding rows past Tq are not stored. Not launched where the main kernel stores dq itself
+// Each element is mul_rn then RN to BF16, as before (lab/backward_small_v1.cuh), after adding +0: a
+// tile that its first key block stored (dq_first_store) may hold -0 where the sum into a cleared
+// workspace read +0. A tile no key block reached (dq_first_store: its claim, or in deterministic
+// mode its block's turn counter, still 0; causal rows that see no key) is not read: its dQ is 0.
+// Padding rows past Tq are not stored. Not launched where the main kernel stores dq itself
 // (BackwardParams::dq_direct). blockIdx.x = the tile's index in the workspace
 // ((b H + h) blocks + query block) D / 64 + dim tile, < 2^31 (check_tensors checks).
 inline constexpr int kDqConvertThreads = 128;
@@ -111,9 +115,13 @@ __global__ void __launch_bounds__(kDqConvertThreads) dq_convert_fragments_kernel
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float4* tile = reinterpret_cast<const float4*>(p.dq_accum) + std::int64_t(tile_index) * (DqFragmentOrder::kTileFloats / 4);
   grid_dependency_wait();  // the main kernel's programmatic dependent: its workspace is complete past this
+  const bool reached = !p.dq_first_store || (p.dq_claims ? p.dq_claims[tile_index] : p.dq_semaphore[block]) != 0;
   float4 a[kGroups];
 #pragma unroll
-  for (int j = 0; j < kGroups; ++j) a[j] = __ldcs(tile + j * kDqConvertThreads + threadIdx.x);  // read once
+  for (int j = 0; j < kGroups; ++j) {
+    const float4 v = reached ? __ldcs(tile + j * kDqConvertThreads + threadIdx.x) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // read once
+    a[j] = make_float4(__fadd_rn(v.x, 0.0f), __fadd_rn(v.y, 0.0f), __fadd_rn(v.z, 0.0f), __fadd_rn(v.w, 0.0f));
+  }
   std::uint16_t* part = p.dq + p.dq_strides.head(bb, hh) + std::int64_t(qb) * DqFragmentOrder::kBlockQ * p.dq_strides.t + dim_tile * 64;
   store_dq_part_rows(part, p.dq_strides.t, p.q_len - qb * DqFragmentOrder::kBlockQ, product_scale, store16 != 0, warp, lane,
                      [&](int j) { return a[j]; });

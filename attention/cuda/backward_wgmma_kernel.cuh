@@ -285,22 +285,45 @@ __device__ __forceinline__ void produce_row_values(const BackwardParams& p, type
 // Producer warps 2, 3: consumer c's dQ tiles (one per block it computes: every block at head dim
 // 128, every other at 64) added into the workspace as they are stored. The tile goes back to the
 // consumer once the copy engine has read it, except after the last (the consumer waits for none).
+// With claims (BackwardParams::dq_first_store, [n_qblocks][D / 64] words of this (b, h)) nothing
+// cleared the workspace: the key block whose claim on a tile comes first stores it (a bulk copy,
+// no read of the old bytes at L2), waits until the store has landed and then marks the claim
+// kDqTileStored; a later block waits for that mark before its reduction. The first block holds its
+// claim while it runs, so a wait never depends on a CTA that has not started.
+inline constexpr int kDqTileStored = 1 << 30;  // claim word: arrivals in the low bits
 template <class Traits>
-__device__ __forceinline__ void reduce_dq_tiles(const BackwardBarriers<Traits::kSlots>& bars, float* dq_head, std::uint32_t s_dq_c,
-                                                int c, int qb_begin, int qb_end, int lane) {
+__device__ __forceinline__ void reduce_dq_tiles(const BackwardBarriers<Traits::kSlots>& bars, float* dq_head, int* claims_head,
+                                                std::uint32_t s_dq_c, int c, int qb_begin, int qb_end, int lane) {
   constexpr int BQ = Traits::kBlockQ, D = Traits::kHeadDim;
   constexpr bool kAlternate = Traits::kDqAlternate;
   constexpr int kStep = kAlternate ? 2 : 1;
   const int dq_tile = kAlternate ? 0 : c;  // 64-dim tile of a block
   for (int qb = qb_begin + (kAlternate ? c : 0); qb < qb_end; qb += kStep) {
     named_barrier_sync(bars.dq_full(c), bars.kDqHandshake);
+    int* stored_claim = nullptr;  // this block stored the tile: mark it once the store has landed
     if (lane == 0) {
-      bulk_reduce_add_f32(dq_head + std::int64_t(qb) * BQ * D + dq_tile * DqFragmentOrder::kTileFloats, s_dq_c, Traits::kDqTile);
+      float* dst = dq_head + std::int64_t(qb) * BQ * D + dq_tile * DqFragmentOrder::kTileFloats;
+      int* claim = claims_head ? claims_head + qb * (D / 64) + dq_tile : nullptr;
+      if (claim && atomicAdd(claim, 1) == 0) {
+        bulk_store(dst, s_dq_c, Traits::kDqTile);
+        stored_claim = claim;
+      } else {
+        if (claim) {
+          while ((load_acquire_gpu(claim) & kDqTileStored) == 0) __nanosleep(32);
+          fence_proxy_async_global();  // the reduction below comes after the store it saw
+        }
+        bulk_reduce_add_f32(dst, s_dq_c, Traits::kDqTile);
+      }
       bulk_commit_group();
       bulk_wait_group_read<0>();
     }
     __syncwarp();
     if (qb + kStep < qb_end) named_barrier_arrive(bars.dq_empty(c), bars.kDqHandshake);
+    if (stored_claim) {  // lane 0, with the tile handed back: the later blocks may add once it has landed
+      bulk_wait_group<0>();
+      fence_proxy_async_global();
+      or_release_gpu(stored_claim, kDqTileStored);
+    }
   }
   if (lane == 0) bulk_wait_group<0>();  // the last reduction is done before the CTA's memory goes
 }
@@ -418,7 +441,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     } else if (!p.deterministic) {
       const int c = warp - 2;
-      reduce_dq_tiles<Traits>(bars, dq_head, s_dq + c * Traits::kDqTile, c, qb_begin, qb_end, lane);
+      int* claims_head = p.dq_claims ? p.dq_claims + (std::int64_t(b) * p.heads + h) * n_qblocks * (D / 64) : nullptr;
+      reduce_dq_tiles<Traits>(bars, dq_head, claims_head, s_dq + c * Traits::kDqTile, c, qb_begin, qb_end, lane);
     }
     return;
   }
@@ -526,9 +550,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       const float4* tiles = reinterpret_cast<const float4*>(shared.dq[kAlternate ? (j & 1) : 0]);
       float4* dst = reinterpret_cast<float4*>(dq_block);
       constexpr int kVecs = BQ * D / 4;
+      // dq_first_store: key block 0 adds first into every block any key block reaches (a query
+      // that sees a key sees key 0), so it adds to zero instead of reading the uncleared block
+      const bool first = p.dq_first_store && kb == 0;
       for (int v = ctid; v < kVecs; v += kConsumerThreads) {
         const float4 add = tiles[v];
-        float4 cur = __ldcg(dst + v);
+        float4 cur = first ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : __ldcg(dst + v);
         cur.x += add.x, cur.y += add.y, cur.z += add.z, cur.w += add.w;
         __stcg(dst + v, cur);
       }
@@ -710,9 +737,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         const float4* tiles = reinterpret_cast<const float4*>(shared.dq[kAlternate ? (i & 1) : 0]);
         float4* dst = reinterpret_cast<float4*>(dq_block);
         constexpr int kVecs = BQ * D / 4;
+        // dq_first_store: key block 0 adds first into every block any key block reaches (a query
+        // that sees a key sees key 0), so it adds to zero instead of reading the uncleared block
+        const bool first = p.dq_first_store && kb == 0;
         for (int v = ctid; v < kVecs; v += kConsumerThreads) {
           const float4 add = tiles[v];
-          float4 cur = __ldcg(dst + v);
+          float4 cur = first ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : __ldcg(dst + v);
           cur.x += add.x, cur.y += add.y, cur.z += add.z, cur.w += add.w;
           __stcg(dst + v, cur);
         }

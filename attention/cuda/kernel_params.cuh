@@ -65,9 +65,15 @@ struct BackwardParams {
   const std::uint16_t *q, *k, *v, *o, *o_residual, *d_o;
   const float* lse;   // [B, H, Tq]
   float* delta;       // [B, H, Tq] (written by the delta kernels, read by the main kernel)
-  float* dq_accum;    // FP32, zeroed before the main kernel: [B, H, Tq, D] (mma.sync kernel) or
+  float* dq_accum;    // FP32, zeroed before the main kernel unless dq_first_store: [B, H, Tq, D] (mma.sync kernel) or
                       // DqFragmentOrder (wgmma kernel); entry.cu allocates the larger; unused with dq_direct
   int* dq_semaphore;  // [B, H, ceil(Tq / BlockQ)] deterministic mode only, zeroed
+  // BackwardPlan::dq_first_store: dq_accum is not cleared; key block 0 stores a tile in deterministic
+  // mode, else the block whose claim (dq_claims, zeroed: [B, H, ceil(Tq / BlockQ), D / 64], arrivals
+  // plus kDqTileStored once the first one's store has landed) came first; the conversion reads a
+  // tile that no block reached (its turn counter or claim 0) as zero.
+  int dq_first_store;
+  int* dq_claims;
   // dk, dv as the main kernel writes them: per query head [B, H, Tk, D]. With kv_group > 1 they
   // are a workspace that launch_group_sum adds up per K/V head (docs/numerics-contract.md: in ascending head order).
   std::uint16_t *dq, *dk, *dv;

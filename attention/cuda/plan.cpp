@@ -257,6 +257,7 @@ BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, b
   plan.kv_group = s.group_size();
   if (!with_gradients) return plan;
   plan.dq_direct = blocks(s.k_len, kBackwardBlockK) == 1;
+  plan.dq_first_store = !plan.dq_direct;
   settle_backward_plan(plan, a, opt);
   return plan;
 }
@@ -272,12 +273,16 @@ void settle_backward_plan(BackwardPlan& plan, const BackwardArgs& a, const Atten
   const std::size_t padded_rows = std::size_t(s.batch) * s.heads * q_blocks * kBackwardBlockQ;
   w.dq_bytes = plan.dq_direct ? 0 : padded_rows * s.head_dim * sizeof(float);
   w.semaphores = opt.deterministic && !plan.dq_direct ? std::size_t(s.batch) * s.heads * q_blocks : 0;
+  // a claim word per [64, 64] dQ tile where no turn counter orders the key blocks
+  w.accumulator_zeroed = !plan.dq_first_store;
+  w.claims = plan.dq_first_store && !opt.deterministic ? std::size_t(s.batch) * s.heads * q_blocks * (s.head_dim / 64) : 0;
   w.delta_bytes = a.delta ? 0 : std::size_t(s.rows()) * sizeof(float);
   // Grouped-query heads: the main kernel runs as multi-head attention with K/V read by the group
   // and writes each query head's BF16 dK, dV here; the group sum adds them per K/V head in
   // ascending head order, in FP32, rounded once (docs/numerics-contract.md; docs/cuda-kernels.md why).
   w.per_head_bytes = plan.kv_group > 1 ? std::size_t(s.batch) * s.heads * s.k_len * s.head_dim * sizeof(std::uint16_t) : 0;
-  w.at_semaphores = aligned256(w.dq_bytes);
+  w.at_claims = aligned256(w.dq_bytes);
+  w.at_semaphores = aligned256(w.at_claims + w.claims * sizeof(int));
   w.at_delta = aligned256(w.at_semaphores + w.semaphores * sizeof(int));
   w.at_dk = aligned256(w.at_delta + w.delta_bytes);
   w.at_dv = w.at_dk + aligned256(w.per_head_bytes);

@@ -81,14 +81,20 @@ int ws_consumers_for(const AttentionShape& shape, int sms);
 // no device is asked, as in the CPU tests).
 ForwardPlan plan_forward(const ForwardArgs& args, const AttentionOptions& options, int sms = 132);
 
-// The backward's one workspace allocation: dQ accumulator | dQ turn counters (deterministic) |
-// delta (unless BackwardArgs::delta) | per-query-head dK | dV (grouped-query heads), each part at a
-// 256-byte boundary. The dQ accumulator is the wgmma kernel's fragment order (DqFragmentOrder, Tq
-// padded to 64), which is also large enough for the lab's row-major [B, H, Tq, D] one.
+// The backward's one workspace allocation: dQ accumulator | dQ tile claims (BackwardPlan::
+// dq_first_store, not deterministic) | dQ turn counters (deterministic) | delta (unless
+// BackwardArgs::delta) | per-query-head dK | dV (grouped-query heads), each part at a 256-byte
+// boundary. The dQ accumulator is the wgmma kernel's fragment order (DqFragmentOrder, Tq padded to
+// 64), which is also large enough for the lab's row-major [B, H, Tq, D] one. What must be zero
+// before the main kernel, [zeroed_begin(), zeroed_end()): the counters, and the accumulator too
+// unless the first key block to reach each tile stores it (dq_first_store).
 struct BackwardWorkspace {
-  std::size_t dq_bytes = 0, semaphores = 0, delta_bytes = 0, per_head_bytes = 0;
-  std::size_t at_semaphores = 0, at_delta = 0, at_dk = 0, at_dv = 0, total = 0;
-  std::size_t zeroed_bytes() const { return at_semaphores + semaphores * sizeof(int); }  // dQ and the counters
+  std::size_t dq_bytes = 0, claims = 0, semaphores = 0, delta_bytes = 0, per_head_bytes = 0;
+  std::size_t at_claims = 0, at_semaphores = 0, at_delta = 0, at_dk = 0, at_dv = 0, total = 0;
+  bool accumulator_zeroed = true;
+  std::size_t zeroed_begin() const { return accumulator_zeroed ? 0 : at_claims; }
+  std::size_t zeroed_end() const { return at_semaphores + semaphores * sizeof(int); }
+  std::size_t zeroed_bytes() const { return zeroed_end() - zeroed_begin(); }
 };
 
 enum class DeltaPass {
@@ -106,6 +112,11 @@ struct BackwardPlan {
   // and the workspace has no dQ accumulator or turn counters (nothing for the delta pass to clear, no
   // conversion kernel). The kernel lab's backwards turn it off (lab.cu).
   bool dq_direct = false;
+  // The accumulator is not cleared (the wgmma kernel, not dq_direct): the first key block to reach a
+  // dQ tile stores it, the later ones add, and the conversion reads a tile no block reached as zero.
+  // Which block is first: deterministic mode's turn counters say it (key block 0), otherwise a
+  // claim word per tile (docs/cuda-kernels.md). The lab's kernels add into a cleared accumulator.
+  bool dq_first_store = false;
   BackwardWorkspace workspace;
 };
 

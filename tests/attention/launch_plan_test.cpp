@@ -223,16 +223,24 @@ TEST(LaunchPlan, BackwardDeltaPassAndWorkspace) {
   EXPECT_EQ(plan.workspace.semaphores, 0u);
   EXPECT_EQ(plan.workspace.delta_bytes, std::size_t(3) * 4 * 1000 * 4);
   EXPECT_EQ(plan.workspace.per_head_bytes, 0u);
-  EXPECT_EQ(plan.workspace.zeroed_bytes(), plan.workspace.dq_bytes);
+  // the first key block to reach a dQ tile stores it: only the claims (one per [64, 64] tile) are
+  // cleared, not the accumulator
+  EXPECT_TRUE(plan.dq_first_store);
+  EXPECT_EQ(plan.workspace.claims, std::size_t(3) * 4 * 16 * 2);
+  EXPECT_EQ(plan.workspace.at_claims, plan.workspace.dq_bytes);
+  EXPECT_EQ(plan.workspace.zeroed_begin(), plan.workspace.at_claims);
+  EXPECT_EQ(plan.workspace.zeroed_bytes(), plan.workspace.claims * sizeof(int));
   // no per-head parts: the allocation ends at the 256-byte boundary after delta (entry.cu's former layout)
   EXPECT_EQ(plan.workspace.total, (plan.workspace.at_delta + plan.workspace.delta_bytes + 255) / 256 * 256);
 
   opt.deterministic = true, opt.delta_source = DeltaSource::exact;
   plan = plan_backward(a, opt);
   EXPECT_EQ(plan.delta, DeltaPass::exact);
+  EXPECT_EQ(plan.workspace.claims, 0u);  // the turn counters order the key blocks: block 0 stores
   EXPECT_EQ(plan.workspace.semaphores, std::size_t(3) * 4 * 16);  // one turn counter per 64-query block
   EXPECT_EQ(plan.workspace.at_semaphores % 256, 0u);
-  EXPECT_EQ(plan.workspace.zeroed_bytes(), plan.workspace.at_semaphores + 3 * 4 * 16 * sizeof(int));
+  EXPECT_EQ(plan.workspace.zeroed_begin(), plan.workspace.at_semaphores);
+  EXPECT_EQ(plan.workspace.zeroed_bytes(), 3 * 4 * 16 * sizeof(int));
 
   // grouped-query heads (16 query heads, 2 KV heads): per-query-head dK, dV parts; a given delta
   // output needs no workspace part
@@ -272,9 +280,13 @@ TEST(LaunchPlan, OneKeyBlockStoresDqDirectlyWithoutAWorkspace) {
   // the lab's layout with the direct store turned off is the one of the accumulating kernels
   BackwardPlan lab = plan_backward(backward_args({8, 16, 300, 128, 128}), opt);
   lab.dq_direct = false;
+  lab.dq_first_store = false;
   settle_backward_plan(lab, backward_args({8, 16, 300, 128, 128}), opt);
   EXPECT_EQ(lab.workspace.dq_bytes, two_blocks.workspace.dq_bytes);
   EXPECT_EQ(lab.workspace.semaphores, two_blocks.workspace.semaphores);
+  // the lab's kernels add into a cleared accumulator
+  EXPECT_EQ(lab.workspace.zeroed_begin(), 0u);
+  EXPECT_EQ(lab.workspace.zeroed_end(), lab.workspace.at_semaphores + lab.workspace.semaphores * sizeof(int));
 }
 
 // The exact delta: formed by the main kernel where it holds every key of a row (one key block), by

@@ -126,11 +126,13 @@ TEST(BackwardGpu, AutoGivesTheBitsOfTheSourceItResolvesTo) {
     }
 }
 
-// A caller's workspace (BackwardArgs::workspace) need not be zero: the backward clears the dQ
-// accumulator and the turn counters itself (the δ pass from the output clears them beside its own
-// work, the `exact` δ path by a memset). A workspace of 0xff bytes (NaN floats; turn counters of -1,
-// which a missed clear would leave deterministic mode waiting on forever, so the suite's timeout
-// fails it) must give the gradients of a call on a fresh pool allocation: dK, dV and deterministic
+// A caller's workspace (BackwardArgs::workspace) need not be zero: the backward clears the dQ tile
+// claims and the turn counters itself (the δ pass from the output clears them beside its own work,
+// the `exact` δ path by a memset), and never reads an accumulator tile before its first key block
+// stored it (a tile no key block reaches, causal with Tq > Tk, converts to 0). A workspace of 0xff
+// bytes (NaN floats; turn counters and claims of -1, which a missed clear would leave deterministic
+// mode waiting on forever, so the suite's timeout fails it) must give the gradients of a call on a
+// fresh pool allocation: dK, dV and deterministic
 // dQ bit for bit; non-deterministic dQ (its FP32 parts added in arrival order, so its last bits vary
 // between runs) within the fused bound of the FP64 reference. Twice on the same workspace, so the
 // second call also starts from what the first left.
@@ -144,7 +146,9 @@ TEST(BackwardGpu, WorkspaceNeedNotBeZero) {
   const Case cases[] = {{{2, 3, 300, 97, 64}, true, false, DeltaSource::compensated},
                         {{1, 2, 97, 300, 128}, true, true, DeltaSource::compensated},
                         {{1, 2, 200, 333, 64}, false, false, DeltaSource::rounded},
-                        {{2, 2, 130, 130, 128}, true, false, DeltaSource::exact}};
+                        {{2, 2, 130, 130, 128}, true, false, DeltaSource::exact},
+                        {{2, 2, 600, 300, 64}, true, false, DeltaSource::compensated},
+                        {{1, 2, 600, 300, 128}, true, true, DeltaSource::rounded}};
   for (const Case& c : cases) {
     const AttentionShape& s = c.shape;
     const std::string name = std::to_string(s.q_len) + "x" + std::to_string(s.k_len) + " D" + std::to_string(s.head_dim) +

@@ -92,6 +92,7 @@ void backward_with(BackwardChoice choice, const BackwardArgs& a, const Attention
   // mma.sync kernel's row-major [B, H, Tq, D]
   BackwardPlan plan = plan_backward(a, opt);
   plan.dq_direct = false;
+  plan.dq_first_store = false;  // the lab's kernels add every part into a cleared accumulator
   settle_backward_plan(plan, a, opt);
   if (choice == BackwardChoice::dq_warpgroup) {
     if (opt.deterministic) throw std::invalid_argument("kernel lab wgmma-dqwg backward: no deterministic mode (production has it)");
