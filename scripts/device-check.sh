@@ -13,9 +13,10 @@
 #   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-audit] [--skip-peer-values] [--skip-bench]
 #                                              [--skip-train] [--skip-train-bench] [--train-only] [--skip-dist] [--dist-only] [--skip-python] [--python [--full]]
 #                                              [--skip-dist-bench] [--dist-bench-only] [--sweep]
-# --sweep adds the attention sweep of issue 12 (scripts/attention-sweep.sh, about 4 minutes: ours and the
-# cuDNN and FA2 peers over B·H 8-512, T 128-16384, D 64/128, causal and full) after the benchmark;
-# scripts/attention-sweep.sh runs it alone.
+# --sweep adds the attention sweep of issue 12 (scripts/attention-sweep.sh --interleaved --graphs, about
+# 4.5 minutes: ours through the wheel's PyTorch op and the cuDNN and FA2 peers in one process, window by
+# window, over B·H 8-512, T 128-16384, D 64/128, causal and full; docs/benchmarks.md says why that
+# method) after the benchmark; scripts/attention-sweep.sh runs it alone.
 # The Python part (--python: only it, in its quick mode, about 2 minutes; --python --full: all of it,
 # about 10; the whole check runs it full unless --quick): installs the wheel (scripts/build-wheel.sh; pack copies it into
 # the devbin) with pip --no-index into a temporary --target folder, then runs tests/python_gpu (opcheck,
@@ -323,7 +324,7 @@ fi
 
 if [ $sweep = 1 ]; then
   step "attention sweep (scripts/attention-sweep.sh; its table and archive in $OUT/attention-sweep.*)"
-  OUT="$OUT" STABLEFLASH_DEVBIN="$BIN" STABLEFLASH_PEERS="$PEERS" scripts/attention-sweep.sh || status=1
+  OUT="$OUT" STABLEFLASH_DEVBIN="$BIN" STABLEFLASH_PEERS="$PEERS" scripts/attention-sweep.sh --interleaved --graphs || status=1
 fi
 
 if [ $train = 1 ] && [ $train_single = 1 ]; then
