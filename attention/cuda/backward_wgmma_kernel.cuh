@@ -417,8 +417,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     load_key_tiles<D>(p, s_k, s_v, k0, kv_h, b, bars.kv());
     if (qb_begin < qb_end) issue_query_block(qb_begin);
   }
-  // Launched as the delta pass's programmatic dependent (launch_after_previous): delta, the zeroed
-  // dQ workspace and turn counters are read or written only after this wait.
+  // Launched as the delta pass's programmatic dependent (launch_after_previous): delta, the dQ
+  // workspace and the claims or turn counters the pass cleared are read or written only after this wait.
   grid_dependency_wait();
   allow_dependent_launch();  // the dQ conversion's CTAs may start once every CTA here has (they wait too)
 

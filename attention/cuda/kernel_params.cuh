@@ -92,10 +92,10 @@ struct BackwardParams {
   // The exact delta formed inside the main kernel (BackwardPlan::delta == DeltaPass::in_main; only
   // with dq_direct): its own instantiation, no delta pass before it.
   int delta_in_main;
-  // The part of the workspace the main kernel needs zero (dQ accumulator, turn counters), in 16-byte
-  // words, that delta_from_output_kernel clears beside its own work (as FlashAttention-3's pre-pass
-  // clears its dQ accumulator): the same bytes as a memset before it, but their stores overlap the
-  // pass's loads and a launch goes. Null: nothing to clear.
+  // The part of the workspace the main kernel needs zero (the dQ tile claims or turn counters; the
+  // accumulator too where dq_first_store is off, as in the kernel lab), in 16-byte words, that
+  // delta_from_output_kernel clears beside its own work: the same bytes as a memset before it, but
+  // their stores overlap the pass's loads and a launch goes. Null: nothing to clear.
   uint4* zero_words;
   std::int64_t zero_word_count;
 };

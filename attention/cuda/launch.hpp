@@ -21,7 +21,8 @@ void launch_forward(const ForwardParams& p, const ForwardPlan& plan, cudaStream_
 // delta (plan.delta) into p.delta
 template <int D, bool kPaper>
 void launch_delta(const BackwardParams& p, DeltaPass pass, cudaStream_t stream);
-// the wgmma main kernel and the dQ conversion; p.delta, p.dq_accum (zeroed) and p.dq_semaphore (zeroed) ready
+// the wgmma main kernel and the dQ conversion; p.delta ready, p.dq_claims or p.dq_semaphore zeroed
+// (and p.dq_accum, unless p.dq_first_store)
 template <int D, bool kPaper>
 void launch_backward_main(const BackwardParams& p, cudaStream_t stream);
 // the dQ conversion alone (launch_backward_main's last launch; the kernel lab times it by itself):
