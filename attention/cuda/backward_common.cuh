@@ -14,6 +14,17 @@
 
 namespace stableflash::attention::cuda {
 
+// The dQ workspace's counters between CTAs (turn counters, tile claims): loads that acquire, and
+// the release that publishes.
+__device__ __forceinline__ int load_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void or_release_gpu(int* p, int bits) {
+  asm volatile("red.release.gpu.global.or.b32 [%0], %1;\n" ::"l"(p), "r"(bits) : "memory");
+}
+
 // Deterministic dQ: the key blocks of one (b, h) add into a query block's dQ in key-block order.
 // Block kb waits until the counter reads kb; CTAs are dispatched in blockIdx order, and both
 // kernels' launch orders put key block kb - 1 of a (b, h) before kb, so the blocks it waits for are
@@ -22,10 +33,8 @@ namespace stableflash::attention::cuda {
 template <class Sync>
 __device__ __forceinline__ void wait_turn(const int* counter, int turn, bool leader, Sync sync) {
   if (leader) {
-    int seen;
-    do {
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-    } while (seen != turn);
+    while (load_acquire_gpu(counter) != turn) {
+    }
   }
   sync();
 }

@@ -210,18 +210,11 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
 
 // The epilogue: O (and the residual) staged in the SW128 layout at s_o (s_r): the one-warpgroup
 // kernel's K buffers, which no product reads any more, or the warp-specialized consumer's own
-// staging tiles; then written by bulk tensor copies in whole 128-byte lines (rows past
-// Tq are clipped by the copy engine); lse and the counters directly. A warp stages four 8-column
-// blocks of one half of its rows per stmatrix (16 instructions a warp at D = 128 where 64 32-bit
-// stores were), into 16-byte chunks that the swizzle spreads over all banks. `leader` issues the
-// copies after `sync` (the warpgroup's threads wait for each other). With kWaitReads the leader
-// waits until the copies have read the staging tiles (the CTA may exit or reuse them); a
-// persistent caller waits before its next epilogue instead (bulk_wait_group_read), by which time
-// the copies are long done. `staged(k)` is called once the outputs are staged (k = 0) and once the
-// warpgroup has synced (k = 1): the kernel lab's timeline stamps there (no-op otherwise).
-struct NoMarks {
-  __device__ void operator()(int) const {}
-};
+// staging tiles (which its store warp then writes: forward_ws_kernel.cuh); then written by bulk
+// tensor copies in whole 128-byte lines (rows past Tq are clipped by the copy engine); lse and the
+// counters directly. A warp stages four 8-column blocks of one half of its rows per stmatrix (16
+// instructions a warp at D = 128 where 64 32-bit stores were), into 16-byte chunks that the swizzle
+// spreads over all banks.
 // O (and the residual) of a warpgroup's rows staged at s_o (s_r) for the bulk stores, and made
 // visible to the copy engine (each thread's fence; the caller orders them before the issuing thread).
 template <class Traits, class Rows>
@@ -257,17 +250,16 @@ __device__ __forceinline__ void issue_output_stores(const ForwardParams& p, std:
   bulk_commit_group();
 }
 
-template <class Traits, bool kWaitReads = true, class Rows, class Sync, class Marks = NoMarks>
+// The one-warpgroup kernel's epilogue: `leader` issues the copies after `sync` (the warpgroup's
+// threads wait for each other) and waits until they have read the staging tiles (the CTA exits).
+template <class Traits, class Rows, class Sync>
 __device__ __forceinline__ void store_outputs_by_tma(const ForwardParams& p, const Rows& rows, int m0, int h, int b, int t,
-                                                     std::uint32_t s_o, std::uint32_t s_r, bool leader, Sync&& sync,
-                                                     Marks&& staged = {}) {
+                                                     std::uint32_t s_o, std::uint32_t s_r, bool leader, Sync&& sync) {
   stage_outputs<Traits>(p, rows, s_o, s_r);
-  staged(0);
   sync();  // every thread of the warpgroup has staged its part
-  staged(1);
   if (leader) {
     issue_output_stores<Traits::kHeadDim>(p, s_o, s_r, m0, h, b);
-    if constexpr (kWaitReads) bulk_wait_group_read<0>();  // shared memory must outlive the copies' reads
+    bulk_wait_group_read<0>();  // shared memory must outlive the copies' reads
   }
   ForwardEpilogue<Rows>::store_row_stats(rows, p, b, h, t);
 }

@@ -122,15 +122,6 @@ __device__ __forceinline__ void bulk_store(void* dst, std::uint32_t src, std::ui
 // acquire that saw it published, before the bulk copy that builds on it.
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
-__device__ __forceinline__ int load_acquire_gpu(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void or_release_gpu(int* p, int bits) {
-  asm volatile("red.release.gpu.global.or.b32 [%0], %1;\n" ::"l"(p), "r"(bits) : "memory");
-}
-
 // Named barrier: the `count` threads (a multiple of 32) that use barrier `id` (1..15; __syncthreads
 // is 0) wait for each other, so one warpgroup can synchronize without stopping the other. The
 // ReservedNamedBarriers overload takes the hardware id as is (the uint32_t one adds CUTLASS's 8
