@@ -100,7 +100,7 @@ struct WgmmaBackwardTraits {
     std::uint16_t ds[kDsBuffers][kWarpgroups][kGroupKeys * kBlockQ];  // dS^T [64 keys, 64 queries]
     float dq[kWarpgroups][kBlockQ * 64];                             // fragment order (DqFragmentOrder)
     float rowvals[kSlots][2][kBlockQ];                                // [slot][lse | delta][query]
-    std::uint64_t barriers[1 + 2 * kSlots + (kDqLate ? kDsBuffers * kWarpgroups : 0)];
+    std::uint64_t barriers[2 + 2 * kSlots + (kDqLate ? kDsBuffers * kWarpgroups : 0)];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(offsetof(SharedStorage, q) % 1024 == 0 && offsetof(SharedStorage, ds) % 1024 == 0 && kTile % 1024 == 0,
@@ -129,6 +129,28 @@ struct BackwardCtaOrder {
     const int r = cta - first_pair * key_blocks;
     kb = r / in_group;
     pair = first_pair + r % in_group;
+  }
+};
+
+// One item of a backward CTA's work: a (batch, head) pair's key block kb (keys k0 .. k0 + 128) and
+// the query blocks that see it, [qb_begin, qb_end). Items go in BackwardCtaOrder's order; a grid of
+// fewer CTAs than items (the persistent grid, BackwardParams::persistent) has each CTA take every
+// gridDim.x-th.
+struct BackwardItem {
+  int kb, b, h, kv_h, k0, qb_begin, qb_end;
+  std::int64_t row_base;  // of the pair's lse and delta rows
+  __device__ int walk() const { return qb_end - qb_begin; }
+  template <int BK, int BQ>
+  __device__ static BackwardItem at(const BackwardParams& p, const BackwardCtaOrder& order, int item, int n_qblocks) {
+    BackwardItem it;
+    int pair;
+    order.decode(item, it.kb, pair);
+    it.b = pair / p.heads, it.h = pair % p.heads, it.k0 = it.kb * BK;
+    it.kv_h = it.h / p.kv_group;  // grouped-query heads share K/V
+    it.row_base = std::int64_t(pair) * p.q_len;
+    const int first_query = p.causal ? max(0, it.k0 - (p.k_len - p.q_len)) : 0;
+    it.qb_begin = first_query / BQ, it.qb_end = n_qblocks;
+    return it;
   }
 };
 
@@ -231,7 +253,8 @@ __device__ __forceinline__ void issue_dv_dk(float (&acc_dv)[DT][4], float (&acc_
 
 // The barriers of one backward CTA: K/V landed; per slot `full` (Q, dO copies landed and the row
 // warp stored lse, delta: 1 + 32 arrivals) and `free` (every consumer warp is done with the slot);
-// per dS^T buffer and consumer `ds_full` (its 128 threads stored the tile); named barriers: the
+// K/V free (every consumer warp is done with the item's K and V: the persistent grid's next item
+// may load its own); per dS^T buffer and consumer `ds_full` (its 128 threads stored the tile); named barriers: the
 // second consumer's start (once, below), a consumer's dQ tile stored (dq_full) and read by the
 // copy engine (dq_empty), each with the reducing warp, and the consumers' own (the deterministic
 // turns).
@@ -241,7 +264,8 @@ struct BackwardBarriers {
   __device__ std::uint32_t kv() const { return base; }
   __device__ std::uint32_t full(int slot) const { return base + 8 * (1 + slot); }
   __device__ std::uint32_t free(int slot) const { return base + 8 * (1 + kSlots + slot); }
-  __device__ std::uint32_t ds_full(int buffer, int consumer) const { return base + 8 * (1 + 2 * kSlots + 2 * buffer + consumer); }
+  __device__ std::uint32_t kv_free() const { return base + 8 * (1 + 2 * kSlots); }
+  __device__ std::uint32_t ds_full(int buffer, int consumer) const { return base + 8 * (2 + 2 * kSlots + 2 * buffer + consumer); }
   static constexpr int kStagger = 1, kDsStored = 1, kConsumers = 6;  // kDqLate uses the one, else the other
   static constexpr int kRowWarpArrivals = 32;
   static constexpr int kDqHandshake = 128 + 32;  // a consumer and its reducing warp
@@ -253,7 +277,8 @@ struct BackwardBarriers {
   __device__ static int delta_formed(int consumer) { return 8 + consumer; }
 };
 
-// Query block i of a CTA's walk: its slot and which use of the slot it is (the phase of the slot's
+// Query block i of a CTA's walk (its position over all the CTA's items: the slots' ring runs on
+// from one item to the next): its slot and which use of the slot it is (the phase of the slot's
 // barriers that it completes: use & 1; it waits for the free barrier's phase (use - 1) & 1).
 template <int kSlots>
 struct QuerySlot {
@@ -267,10 +292,10 @@ struct QuerySlot {
 template <class Traits, bool kLoadDelta>
 __device__ __forceinline__ void produce_row_values(const BackwardParams& p, typename Traits::SharedStorage& shared,
                                                    const BackwardBarriers<Traits::kSlots>& bars, std::int64_t row_base, int qb_begin,
-                                                   int qb_end, int lane) {
+                                                   int qb_end, int position, int lane) {
   constexpr int BQ = Traits::kBlockQ;
   for (int qb = qb_begin; qb < qb_end; ++qb) {
-    const QuerySlot<Traits::kSlots> at(qb - qb_begin);
+    const QuerySlot<Traits::kSlots> at(position + qb - qb_begin);
     if (at.use > 0) mbar_wait(bars.free(at.slot), (at.use - 1) & 1);
 #pragma unroll
     for (int r = lane; r < BQ; r += 32) {
@@ -293,7 +318,7 @@ __device__ __forceinline__ void produce_row_values(const BackwardParams& p, type
 inline constexpr int kDqTileStored = 1 << 30;  // claim word: arrivals in the low bits
 template <class Traits>
 __device__ __forceinline__ void reduce_dq_tiles(const BackwardBarriers<Traits::kSlots>& bars, float* dq_head, int* claims_head,
-                                                std::uint32_t s_dq_c, int c, int qb_begin, int qb_end, int lane) {
+                                                std::uint32_t s_dq_c, int c, int qb_begin, int qb_end, bool last_item, int lane) {
   constexpr int BQ = Traits::kBlockQ, D = Traits::kHeadDim;
   constexpr bool kAlternate = Traits::kDqAlternate;
   constexpr int kStep = kAlternate ? 2 : 1;
@@ -318,14 +343,14 @@ __device__ __forceinline__ void reduce_dq_tiles(const BackwardBarriers<Traits::k
       bulk_wait_group_read<0>();
     }
     __syncwarp();
-    if (qb + kStep < qb_end) named_barrier_arrive(bars.dq_empty(c), bars.kDqHandshake);
+    if (qb + kStep < qb_end || !last_item) named_barrier_arrive(bars.dq_empty(c), bars.kDqHandshake);
     if (stored_claim) {  // lane 0, with the tile handed back: the later blocks may add once it has landed
       bulk_wait_group<0>();
       fence_proxy_async_global();
       or_release_gpu(stored_claim, kDqTileStored);
     }
   }
-  if (lane == 0) bulk_wait_group<0>();  // the last reduction is done before the CTA's memory goes
+  if (last_item && lane == 0) bulk_wait_group<0>();  // the last reduction is done before the CTA's memory goes
 }
 
 // A consumer's [64 queries, 64] FP32 dQ part -> its shared tile in fragment order (DqFragmentOrder:
@@ -384,27 +409,27 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const Bars bars{smem_u32(shared.barriers)};
 
   const bool causal = p.causal != 0;
-  int kb, pair;
-  BackwardCtaOrder(blocks_of(p.k_len, BK), p.batch * p.heads, causal).decode(blockIdx.x, kb, pair);
-  const int b = pair / p.heads, h = pair % p.heads, k0 = kb * BK;
-  const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
+  const int key_blocks = blocks_of(p.k_len, BK);
+  const BackwardCtaOrder order(key_blocks, p.batch * p.heads, causal);
+  const int n_items = key_blocks * p.batch * p.heads;  // < 2^31 (check_tensors)
+  const int n_qblocks = DqFragmentOrder::blocks(p.q_len);  // BQ: its kBlockQ
+  const auto item_at = [&](int item) { return BackwardItem::at<BK, BQ>(p, order, item, n_qblocks); };
   // The warpgroup index broadcast from lane 0: the compiler then knows it is warp-uniform and keeps
   // the shared-memory addresses derived from it (wgmma descriptors) in uniform registers instead of
   // moving them over (R2UR) before every product (CUTLASS's canonical_warp_group_idx does the same).
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32;
-  const std::int64_t row_base = (std::int64_t(b) * p.heads + h) * p.q_len;
-  const int first_query = causal ? max(0, k0 - (p.k_len - p.q_len)) : 0;
-  const int n_qblocks = DqFragmentOrder::blocks(p.q_len);  // BQ: its kBlockQ
-  const int qb_begin = first_query / BQ, qb_end = n_qblocks;
-  float* dq_head = p.dq_accum + (std::int64_t(b) * p.heads + h) * n_qblocks * BQ * D;  // fragment order
-  auto issue_query_block = [&](int qb) {
-    const int slot = QuerySlot<kSlots>(qb - qb_begin).slot;
-    load_query_block<D>(p, s_q0 + slot * kTile, s_do0 + slot * kTile, qb, h, b, bars.full(slot));
+  // walk block i of item `it`, at ring position `position` + i
+  const auto issue_query_block = [&](const BackwardItem& it, int i, int position) {
+    const int slot = QuerySlot<kSlots>(position + i).slot;
+    load_query_block<D>(p, s_q0 + slot * kTile, s_do0 + slot * kTile, it.qb_begin + i, it.h, it.b, bars.full(slot));
   };
+  // the CTA's items: blockIdx.x, then every gridDim.x-th (one each where the grid has a CTA per item)
+  const auto next_item = [&](int item) { return item + int(gridDim.x); };
 
   if (threadIdx.x == 0) {
     mbar_init(bars.kv(), 1);
+    mbar_init(bars.kv_free(), 8);  // every consumer warp
     for (int s = 0; s < kSlots; ++s) mbar_init(bars.full(s), 1 + Bars::kRowWarpArrivals), mbar_init(bars.free(s), 8);
     if constexpr (Traits::kDqLate) {
       for (int d = 0; d < Traits::kDsBuffers; ++d)
@@ -413,9 +438,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     mbar_fence_init();
   }
   __syncthreads();  // the last CTA-wide barrier
-  if (threadIdx.x == 0) {  // inputs the delta pass before this kernel does not write
-    load_key_tiles<D>(p, s_k, s_v, k0, kv_h, b, bars.kv());
-    if (qb_begin < qb_end) issue_query_block(qb_begin);
+  if (threadIdx.x == 0) {  // inputs of the first item that the delta pass before this kernel does not write
+    const BackwardItem it = item_at(blockIdx.x);
+    load_key_tiles<D>(p, s_k, s_v, it.k0, it.kv_h, it.b, bars.kv());
+    if (it.walk() > 0) issue_query_block(it, 0, 0);
   }
   // Launched as the delta pass's programmatic dependent (launch_after_previous): delta, the dQ
   // workspace and the claims or turn counters the pass cleared are read or written only after this wait.
@@ -426,23 +452,47 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     release_registers<Traits::kProducerRegisters>();
     if (warp == 0) {
       if (lane == 0) {
-        for (int qb = qb_begin + 1; qb < qb_end; ++qb) {
-          const QuerySlot<kSlots> at(qb - qb_begin);
-          if (at.use > 0) mbar_wait(bars.free(at.slot), (at.use - 1) & 1);
-          issue_query_block(qb);
+        int position = 0;  // of the item's first block in the slots' ring
+        for (int item = blockIdx.x, round = 0; item < n_items; item = next_item(item), ++round) {
+          const BackwardItem it = item_at(item);
+          const auto issue = [&](int i) {
+            const QuerySlot<kSlots> at(position + i);
+            if (at.use > 0) mbar_wait(bars.free(at.slot), (at.use - 1) & 1);
+            issue_query_block(it, i, position);
+          };
+          if (round > 0) {  // the first item's K, V and first block went before the dependency wait
+            if (it.walk() > 0) issue(0);  // its slot frees before the last item's K, V do
+            mbar_wait(bars.kv_free(), (round - 1) & 1);
+            load_key_tiles<D>(p, s_k, s_v, it.k0, it.kv_h, it.b, bars.kv());
+          }
+          for (int i = 1; i < it.walk(); ++i) issue(i);
+          position += it.walk();
         }
       }
     } else if (warp == 1) {
-      produce_row_values<Traits, !kDeltaInMain>(p, shared, bars, row_base, qb_begin, qb_end, lane);
+      int position = 0;
+      for (int item = blockIdx.x; item < n_items; item = next_item(item)) {
+        const BackwardItem it = item_at(item);
+        produce_row_values<Traits, !kDeltaInMain>(p, shared, bars, it.row_base, it.qb_begin, it.qb_end, position, lane);
+        position += it.walk();
+      }
     } else if (kDqDirect) {
-      zero_unseen_dq_blocks<Traits>(p, warp - 2, b, h, qb_begin, lane);
-      if (kDeltaInMain && warp == 2) {  // rows before the walk's first block see no key: delta 0, as the pass writes
-        for (int q = lane; q < min(qb_begin * BQ, p.q_len); q += 32) p.delta[row_base + q] = 0.0f;
+      for (int item = blockIdx.x; item < n_items; item = next_item(item)) {
+        const BackwardItem it = item_at(item);
+        zero_unseen_dq_blocks<Traits>(p, warp - 2, it.b, it.h, it.qb_begin, lane);
+        if (kDeltaInMain && warp == 2) {  // rows before the walk's first block see no key: delta 0, as the pass writes
+          for (int q = lane; q < min(it.qb_begin * BQ, p.q_len); q += 32) p.delta[it.row_base + q] = 0.0f;
+        }
       }
     } else if (!p.deterministic) {
       const int c = warp - 2;
-      int* claims_head = p.dq_claims ? p.dq_claims + (std::int64_t(b) * p.heads + h) * n_qblocks * (D / 64) : nullptr;
-      reduce_dq_tiles<Traits>(bars, dq_head, claims_head, s_dq + c * Traits::kDqTile, c, qb_begin, qb_end, lane);
+      for (int item = blockIdx.x; item < n_items; item = next_item(item)) {
+        const BackwardItem it = item_at(item);
+        const std::int64_t pair = std::int64_t(it.b) * p.heads + it.h;
+        int* claims_head = p.dq_claims ? p.dq_claims + pair * n_qblocks * (D / 64) : nullptr;
+        reduce_dq_tiles<Traits>(bars, p.dq_accum + pair * n_qblocks * BQ * D, claims_head, s_dq + c * Traits::kDqTile, c, it.qb_begin,
+                                it.qb_end, next_item(item) >= n_items, lane);
+      }
     }
     return;
   }
@@ -450,253 +500,74 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   const int cw = wg - 1;  // this consumer's 64 keys: k0 + 64 cw ..
   const int g = lane / 4, t = lane % 4;
-  const int group_k0 = k0 + cw * GK;
-
-  float acc_dk[DT][4], acc_dv[DT][4];  // this warp's 16 keys x D
-#pragma unroll
-  for (int nd = 0; nd < DT; ++nd)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc_dk[nd][e] = acc_dv[nd][e] = 0.0f;
-  mbar_wait(bars.kv(), 0);
-
   const std::uint32_t s_k_group = s_k + cw * kTile, s_v_group = s_v + cw * kTile;
   const std::uint32_t s_dq_group = s_dq + cw * Traits::kDqTile;
   const int key_row = warp * 16;
   const auto consumers_sync = [] { named_barrier_sync(Bars::kConsumers, kConsumerThreads); };
-  // kDeltaInMain: the delta of walk block j from the block's P (st) and dP^T (dpt), in the unused dQ
-  // staging tiles: two partials buffers [8 groups][64 queries], then each consumer's delta [64]
-  const auto exact_delta_of_block = [&](int j, const float (&st)[NQ][4], const float (&dpt)[NQ][4]) {
-    float* scratch = &shared.dq[0][0];
-    const int q0 = (qb_begin + j) * BQ;
-    return block_exact_delta<kPaper, NQ>(st, dpt, scratch + (j & 1) * kExactDeltaGroups * BQ, scratch + 2 * kExactDeltaGroups * BQ + cw * BQ,
-                                         cw, tid, Bars::kDeltaGroups, Bars::delta_formed(cw), p.delta + row_base + q0, p.q_len - q0);
-  };
-  static_assert(!kDeltaInMain || (2 * kExactDeltaGroups + Traits::kWarpgroups) * BQ <= int(sizeof(shared.dq) / sizeof(float)),
-                "the delta's scratch fits the dQ staging tiles");
-  // kDqDirect: the dQ part of walk block j is final (one key block), so it goes to dq as BF16 here,
-  // as the conversion would write it: 0 + acc first (the workspace's sum: a -0 part reads +0 there),
-  // then mul_rn by the scale (fused; paper's dS has it) and RN
-  const auto store_dq_direct = [&](int j, const float (&acc_dq)[8][4]) {
-    std::uint16_t* dq_rows = p.dq + p.dq_strides.head(b, h);
-    const bool dq16 = rows_16_byte_aligned(dq_rows, p.dq_strides.t);
-    const int q0 = (qb_begin + j) * BQ, dq_tile = kAlternate ? 0 : cw;
-    store_dq_part_rows(dq_rows + std::int64_t(q0) * p.dq_strides.t + dq_tile * 64, p.dq_strides.t, p.q_len - q0, kPaper ? 1.0f : p.scale,
-                       dq16, warp, lane, [&](int k) {
-                         return make_float4(__fadd_rn(acc_dq[k][0], 0.0f), __fadd_rn(acc_dq[k][1], 0.0f), __fadd_rn(acc_dq[k][2], 0.0f),
-                                            __fadd_rn(acc_dq[k][3], 0.0f));
-                       });
-  };
-  // Traits::kDqLate (head dim 128): the late dQ below. Head dim 64: the walk as it was before,
-  // both consumers meeting at a named barrier per block, kept as written then: the late dQ lost
-  // 1-5% there, and a version sharing the late dQ's code with a compile-time switch, whose SASS
-  // differed only in register allocation, still lost 2-4% (docs/benchmarks.md). The two walks'
-  // common steps (S^T, dP^T, P, dS, the dQ product and its hand-over) stay written out in each:
-  // shared as lambdas they left the head dim 128 SASS as it is but changed the register
-  // allocation of the head dim 64 kernel again, which is what measured slower.
-  if constexpr (Traits::kDqLate) {
-    int dq_stored = 0;  // dQ tiles this consumer handed to its reducing warp
-    // dQ of block j (j: the walk's index) is issued at block j + 1, behind that block's dV,
-    // dK products (the last block's after the walk), so neither consumer waits for the other's dS^T
-    // of the block it is on: the two run about half a block apart (consumer 1 starts once consumer 0
-    // has issued its first dV, dK) and one's P, dS arithmetic runs while the other's products keep
-    // the tensor cores busy, where waiting for both tiles of the block had them compute their P, dS
-    // at the same time. A consumer holds a [64 queries, 64] part: head dim 128 its half of the
-    // dims, 64 the whole block, consumer j % 2 computing block j's.
-    const auto has_dq = [&](int j) { return !kAlternate || (j & 1) == cw; };
-    const auto ds_buffer = [&](int j) { return s_ds + (j % Traits::kDsBuffers) * 2 * kDsTile; };
-    const auto wait_ds = [&](int j) {  // both consumers' dS^T tiles of block j are stored
-      const int buffer = j % Traits::kDsBuffers, use = j / Traits::kDsBuffers;
+  int position = 0;   // of the item's first block in the slots' and the dS^T buffers' rings
+  int dq_stored = 0;  // dQ tiles this consumer handed to its reducing warp
+  for (int item = blockIdx.x, round = 0; item < n_items; item = next_item(item), ++round) {
+    const BackwardItem it = item_at(item);
+    const int kb = it.kb, b = it.b, h = it.h, qb_begin = it.qb_begin, qb_end = it.qb_end;
+    const std::int64_t row_base = it.row_base;
+    const int group_k0 = it.k0 + cw * GK;
+    float* dq_head = p.dq_accum + (std::int64_t(b) * p.heads + h) * n_qblocks * BQ * D;  // fragment order
+
+    float acc_dk[DT][4], acc_dv[DT][4];  // this warp's 16 keys x D
 #pragma unroll
-      for (int c = 0; c < Traits::kWarpgroups; ++c) mbar_wait(bars.ds_full(buffer, c), use & 1);
+    for (int nd = 0; nd < DT; ++nd)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dk[nd][e] = acc_dv[nd][e] = 0.0f;
+    mbar_wait(bars.kv(), round & 1);
+    // kDeltaInMain: the delta of walk block j from the block's P (st) and dP^T (dpt), in the unused dQ
+    // staging tiles: two partials buffers [8 groups][64 queries], then each consumer's delta [64]
+    const auto exact_delta_of_block = [&](int j, const float (&st)[NQ][4], const float (&dpt)[NQ][4]) {
+      float* scratch = &shared.dq[0][0];
+      const int q0 = (qb_begin + j) * BQ;
+      return block_exact_delta<kPaper, NQ>(st, dpt, scratch + (j & 1) * kExactDeltaGroups * BQ, scratch + 2 * kExactDeltaGroups * BQ + cw * BQ,
+                                           cw, tid, Bars::kDeltaGroups, Bars::delta_formed(cw), p.delta + row_base + q0, p.q_len - q0);
     };
-    // dQ of block j over the CTA's 128 keys (k-step kk: consumer kk / 4's tile), once both tiles are stored
-    const auto issue_dq = [&](int j, float (&acc_dq)[8][4]) {
-      const int dq_tile = kAlternate ? 0 : cw;  // 64-dim tile of the block
-      const Sw128Desc ds_mn(ds_buffer(j), DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) {
-        const std::uint32_t a = (kk / 4) * kDsTile + (kk % 4) * 2048;
-        const std::uint32_t b = (kk / 4) * kTile + (kk % 4) * 2048;
-        wgmma_ss<64, 1>(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
-      }
-      wgmma_commit();
+    static_assert(!kDeltaInMain || (2 * kExactDeltaGroups + Traits::kWarpgroups) * BQ <= int(sizeof(shared.dq) / sizeof(float)),
+                  "the delta's scratch fits the dQ staging tiles");
+    // kDqDirect: the dQ part of walk block j is final (one key block), so it goes to dq as BF16 here,
+    // as the conversion would write it: 0 + acc first (the workspace's sum: a -0 part reads +0 there),
+    // then mul_rn by the scale (fused; paper's dS has it) and RN
+    const auto store_dq_direct = [&](int j, const float (&acc_dq)[8][4]) {
+      std::uint16_t* dq_rows = p.dq + p.dq_strides.head(b, h);
+      const bool dq16 = rows_16_byte_aligned(dq_rows, p.dq_strides.t);
+      const int q0 = (qb_begin + j) * BQ, dq_tile = kAlternate ? 0 : cw;
+      store_dq_part_rows(dq_rows + std::int64_t(q0) * p.dq_strides.t + dq_tile * 64, p.dq_strides.t, p.q_len - q0, kPaper ? 1.0f : p.scale,
+                         dq16, warp, lane, [&](int k) {
+                           return make_float4(__fadd_rn(acc_dq[k][0], 0.0f), __fadd_rn(acc_dq[k][1], 0.0f), __fadd_rn(acc_dq[k][2], 0.0f),
+                                              __fadd_rn(acc_dq[k][3], 0.0f));
+                         });
     };
-    // dQ of block j landed (acc_dq): to shared memory (fragment order), then to the workspace by the
-    // reducing warp's bulk reduction, or in key-block order (deterministic)
-    const auto hand_dq = [&](int j, const float (&acc_dq)[8][4]) {
-      const int qb = qb_begin + j;
-      if constexpr (kDqDirect) {
-        if (has_dq(j)) store_dq_direct(j, acc_dq);
-        return;
-      }
-      if (!p.deterministic) {
-        if (has_dq(j)) {
-          if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw), Bars::kDqHandshake);  // the last tile was read
-          store_dq_part(s_dq_group, acc_dq, tid);
-          fence_proxy_async_smem();  // the copy engine reads the tile
-          named_barrier_arrive(Bars::dq_full(cw), Bars::kDqHandshake);
-          ++dq_stored;
-        }
-        return;
-      }
-      if (has_dq(j)) store_dq_part(s_dq_group, acc_dq, tid);
-      // key-block order: this CTA adds its whole [64, D] block (128: both consumers' tiles, which are
-      // the block's two dim tiles in order; 64: the owning consumer's tile)
-      float* dq_block = dq_head + std::int64_t(qb) * BQ * D;
-      int* turn = p.dq_semaphore + ((std::int64_t(b) * p.heads + h) * n_qblocks + qb);
-      const int ctid = threadIdx.x - 128;  // 0 .. kConsumerThreads
-      wait_turn(turn, kb, ctid == 0, consumers_sync);  // its barrier: the dQ tiles are stored
-      const float4* tiles = reinterpret_cast<const float4*>(shared.dq[kAlternate ? (j & 1) : 0]);
-      float4* dst = reinterpret_cast<float4*>(dq_block);
-      constexpr int kVecs = BQ * D / 4;
-      // dq_first_store: key block 0 adds first into every block any key block reaches (a query
-      // that sees a key sees key 0), so it adds to zero instead of reading the uncleared block
-      const bool first = p.dq_first_store && kb == 0;
-      for (int v = ctid; v < kVecs; v += kConsumerThreads) {
-        const float4 add = tiles[v];
-        float4 cur = first ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : __ldcg(dst + v);
-        cur.x += add.x, cur.y += add.y, cur.z += add.z, cur.w += add.w;
-        __stcg(dst + v, cur);
-      }
-      pass_turn(turn, kb + 1, ctid == 0, consumers_sync);  // its barrier also ends the reads of the dQ tiles
-    };
-    const int n_walk = qb_end - qb_begin;
-    if (!kDeltaInMain && cw == 1 && n_walk > 0) named_barrier_sync(Bars::kStagger, kConsumerThreads);
-    // Block i of the walk; kFirst: i = 0, which has no previous block's dQ (a separate copy: with a
-    // run-time condition on the dQ product ptxas serialized the head dim 128 kernel's wgmma, C7512)
-    const auto walk_block = [&](int i, auto first) {
-      constexpr bool kFirst = decltype(first)::value;
-      const int q0 = (qb_begin + i) * BQ;
-      const QuerySlot<kSlots> at(i);
-      const int slot = at.slot;
-      const std::uint32_t s_q = s_q0 + slot * kTile, s_do = s_do0 + slot * kTile;
-      mbar_wait(bars.full(slot), at.use & 1);
-
-      // ---- S^T = K Q^T and dP^T = V dO^T. Head dim 64: S^T in its own group, so that P is formed
-      // while dP^T runs (+2-4% backward; at 128 it measured -2% to +1%, so there one group and P
-      // after both products)
-      float st[NQ][4], dpt[NQ][4];
-      issue_scores_and_dprobs<D, kSplitScores>(st, dpt, s_k_group, s_q, s_v_group, s_do);
-      wgmma_wait<kSplitScores ? 1 : 0>();  // S^T landed (with the split dP^T may still run)
-      fence_registers(st);
-
-      // ---- P, then dS, at the mode's rounding points (backward_common.cuh's element mapping):
-      // element (nq, e) is key group_k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
-      // P overwrites S^T in place.
-      const float* s_lse = shared.rowvals[slot][0];
-      const float* s_delta = shared.rowvals[slot][1];  // kDeltaInMain: replaced once dP^T has landed
-      const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
-      if (need_mask) mask_transposed_scores(p, st, group_k0 + key_row + g, q0, t, causal);
-      std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
-      // kDeltaInMain: BF16(P) packed after dS, so that it is not live across the delta's barriers
-      form_probs<kPaper, NQ, !kDeltaInMain>(p, st, pa, s_lse, t);
-      wgmma_wait<0>();
-      fence_registers(dpt);
-      if constexpr (kDeltaInMain) s_delta = exact_delta_of_block(i, st, dpt);
-      const std::uint32_t s_ds_buf = ds_buffer(i);
+    // Traits::kDqLate (head dim 128): the late dQ below. Head dim 64: the walk as it was before,
+    // both consumers meeting at a named barrier per block, kept as written then: the late dQ lost
+    // 1-5% there, and a version sharing the late dQ's code with a compile-time switch, whose SASS
+    // differed only in register allocation, still lost 2-4% (docs/benchmarks.md). The two walks'
+    // common steps (S^T, dP^T, P, dS, the dQ product and its hand-over) stay written out in each:
+    // shared as lambdas they left the head dim 128 SASS as it is but changed the register
+    // allocation of the head dim 64 kernel again, which is what measured slower.
+    if constexpr (Traits::kDqLate) {
+      // dQ of block j (j: the walk's index) is issued at block j + 1, behind that block's dV,
+      // dK products (the last block's after the walk), so neither consumer waits for the other's dS^T
+      // of the block it is on: the two run about half a block apart (consumer 1 starts once consumer 0
+      // has issued its first dV, dK) and one's P, dS arithmetic runs while the other's products keep
+      // the tensor cores busy, where waiting for both tiles of the block had them compute their P, dS
+      // at the same time. A consumer holds a [64 queries, 64] part: head dim 128 its half of the
+      // dims, 64 the whole block, consumer j % 2 computing block j's.
+      const auto has_dq = [&](int j) { return !kAlternate || (j & 1) == cw; };
+      const auto ds_buffer = [&](int j) { return s_ds + ((position + j) % Traits::kDsBuffers) * 2 * kDsTile; };
+      const auto wait_ds = [&](int j) {  // both consumers' dS^T tiles of block j are stored
+        const int buffer = (position + j) % Traits::kDsBuffers, use = (position + j) / Traits::kDsBuffers;
 #pragma unroll
-      for (int nq = 0; nq < NQ; ++nq) {
-        float dsv[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dsv[e] = dscore_of<kPaper>(p, st[nq][e], dpt[nq][e], s_delta[nq * 8 + 2 * t + (e & 1)]);
-        dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
-        dsa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(dsv[2], dsv[3]);
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {  // dS^T [key][query] for dQ, in the SW128 layout
-          const std::uint32_t addr = s_ds_buf + cw * kDsTile + DsTile::offset(key_row + g + 8 * hf, nq) + 4 * t;
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
-        }
-      }
-      if constexpr (kDeltaInMain) pack_probs(st, pa);
-      fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the arrival (barrier) below
-      mbar_arrive(bars.ds_full(i % Traits::kDsBuffers, cw));
-
-      // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q, then the previous block's dQ (its dS^T tiles
-      // waited for first: a wait between the issues kept more registers live than the 240 allow)
-      const bool dq_before = !kFirst && has_dq(i - 1);
-      if (dq_before) wait_ds(i - 1);
-      issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
-      if (!kDeltaInMain && kFirst && cw == 0) named_barrier_arrive(Bars::kStagger, kConsumerThreads);  // consumer 1 may start
-      float acc_dq[8][4];
-      if (dq_before) issue_dq(i - 1, acc_dq);
-      wgmma_wait_all();  // pa and dsa are read asynchronously: keep them until here
-      fence_registers(pa);
-      fence_registers(dsa);
-      fence_registers(acc_dq);
-      if (lane == 0) mbar_arrive(bars.free(slot));  // this warp no longer reads Q, dO and the rows of the slot
-      if (!kFirst) hand_dq(i - 1, acc_dq);
-    };
-    if (n_walk > 0) walk_block(0, std::true_type{});
-    for (int i = 1; i < n_walk; ++i) walk_block(i, std::false_type{});
-    if (n_walk > 0) {  // the last block's dQ
-      float acc_dq[8][4];
-      if (has_dq(n_walk - 1)) {
-        wait_ds(n_walk - 1);
-        issue_dq(n_walk - 1, acc_dq);
-      }
-      wgmma_wait_all();
-      fence_registers(acc_dq);
-      hand_dq(n_walk - 1, acc_dq);
-    }
-  } else {
-    int dq_stored = 0;  // dQ tiles this consumer handed to its reducing warp
-    for (int qb = qb_begin; qb < qb_end; ++qb) {
-      const int i = qb - qb_begin, q0 = qb * BQ;
-      const QuerySlot<kSlots> at(i);
-      const int slot = at.slot;
-      const std::uint32_t s_q = s_q0 + slot * kTile, s_do = s_do0 + slot * kTile;
-      mbar_wait(bars.full(slot), at.use & 1);
-
-      // ---- S^T = K Q^T and dP^T = V dO^T. Head dim 64: S^T in its own group, so that P is formed
-      // while dP^T runs (+2-4% backward; at 128 it measured -2% to +1%, so there one group and P
-      // after both products)
-      float st[NQ][4], dpt[NQ][4];
-      issue_scores_and_dprobs<D, kSplitScores>(st, dpt, s_k_group, s_q, s_v_group, s_do);
-      wgmma_wait<kSplitScores ? 1 : 0>();  // S^T landed (with the split dP^T may still run)
-      fence_registers(st);
-
-      // ---- P, then dS, at the mode's rounding points (backward_common.cuh's element mapping):
-      // element (nq, e) is key group_k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
-      // P overwrites S^T in place.
-      const float* s_lse = shared.rowvals[slot][0];
-      const float* s_delta = shared.rowvals[slot][1];  // kDeltaInMain: replaced once dP^T has landed
-      const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
-      if (need_mask) mask_transposed_scores(p, st, group_k0 + key_row + g, q0, t, causal);
-      std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
-      // kDeltaInMain: BF16(P) packed after dS, so that it is not live across the delta's barriers
-      form_probs<kPaper, NQ, !kDeltaInMain>(p, st, pa, s_lse, t);
-      wgmma_wait<0>();
-      fence_registers(dpt);
-      if constexpr (kDeltaInMain) s_delta = exact_delta_of_block(i, st, dpt);
-      const std::uint32_t s_ds_buf = s_ds + (i % Traits::kDsBuffers) * 2 * kDsTile;
-#pragma unroll
-      for (int nq = 0; nq < NQ; ++nq) {
-        float dsv[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dsv[e] = dscore_of<kPaper>(p, st[nq][e], dpt[nq][e], s_delta[nq * 8 + 2 * t + (e & 1)]);
-        dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
-        dsa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(dsv[2], dsv[3]);
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {  // dS^T [key][query] for dQ, in the SW128 layout
-          const std::uint32_t addr = s_ds_buf + cw * kDsTile + DsTile::offset(key_row + g + 8 * hf, nq) + 4 * t;
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
-        }
-      }
-      if constexpr (kDeltaInMain) pack_probs(st, pa);
-      fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the barrier below
-
-      // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q
-      issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
-      named_barrier_sync(Bars::kDsStored, kConsumerThreads);  // dS^T tiles complete
-
-      // ---- dQ part [64 queries, 64] = BF16(dS) K over the CTA's 128 keys (k-step kk: keys 16 kk..,
-      // in consumer kk / 4's tiles): dims 64 cw.. (128), or all dims if this consumer owns the block (64)
-      const bool has_dq = !kAlternate || (i & 1) == cw;
-      const int dq_tile = kAlternate ? 0 : cw;  // 64-dim tile of the block
-      float acc_dq[8][4];
-      if (has_dq) {
-        const Sw128Desc ds_mn(s_ds_buf, DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
+        for (int c = 0; c < Traits::kWarpgroups; ++c) mbar_wait(bars.ds_full(buffer, c), use & 1);
+      };
+      // dQ of block j over the CTA's 128 keys (k-step kk: consumer kk / 4's tile), once both tiles are stored
+      const auto issue_dq = [&](int j, float (&acc_dq)[8][4]) {
+        const int dq_tile = kAlternate ? 0 : cw;  // 64-dim tile of the block
+        const Sw128Desc ds_mn(ds_buffer(j), DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
@@ -705,36 +576,33 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           wgmma_ss<64, 1>(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
         }
         wgmma_commit();
-      }
-      wgmma_wait_all();  // pa and dsa are read asynchronously: keep them until here
-      fence_registers(pa);
-      fence_registers(dsa);
-      fence_registers(acc_dq);
-      if (lane == 0) mbar_arrive(bars.free(slot));  // this warp no longer reads Q, dO and the rows of the slot
-
-      // ---- dQ part -> shared memory (fragment order), then to the workspace: by the reducing warp's
-      // bulk reduction, or in key-block order (deterministic); with one key block to dq as BF16
-      if constexpr (kDqDirect) {
-        if (has_dq) store_dq_direct(i, acc_dq);
-      } else if (!p.deterministic) {
-        if (has_dq) {
-          if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw), Bars::kDqHandshake);  // the last tile was read
-          store_dq_part(s_dq_group, acc_dq, tid);
-          fence_proxy_async_smem();  // the copy engine reads the tile
-          named_barrier_arrive(Bars::dq_full(cw), Bars::kDqHandshake);
-          ++dq_stored;
+      };
+      // dQ of block j landed (acc_dq): to shared memory (fragment order), then to the workspace by the
+      // reducing warp's bulk reduction, or in key-block order (deterministic)
+      const auto hand_dq = [&](int j, const float (&acc_dq)[8][4]) {
+        const int qb = qb_begin + j;
+        if constexpr (kDqDirect) {
+          if (has_dq(j)) store_dq_direct(j, acc_dq);
+          return;
         }
-      } else {
-        if (has_dq) {
-          store_dq_part(s_dq_group, acc_dq, tid);
+        if (!p.deterministic) {
+          if (has_dq(j)) {
+            if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw), Bars::kDqHandshake);  // the last tile was read
+            store_dq_part(s_dq_group, acc_dq, tid);
+            fence_proxy_async_smem();  // the copy engine reads the tile
+            named_barrier_arrive(Bars::dq_full(cw), Bars::kDqHandshake);
+            ++dq_stored;
+          }
+          return;
         }
-        // key-block order: this CTA adds its whole [64, D] block (128: both consumers' tiles, which
-        // are the block's two dim tiles in order; 64: the owning consumer's tile)
+        if (has_dq(j)) store_dq_part(s_dq_group, acc_dq, tid);
+        // key-block order: this CTA adds its whole [64, D] block (128: both consumers' tiles, which are
+        // the block's two dim tiles in order; 64: the owning consumer's tile)
         float* dq_block = dq_head + std::int64_t(qb) * BQ * D;
         int* turn = p.dq_semaphore + ((std::int64_t(b) * p.heads + h) * n_qblocks + qb);
         const int ctid = threadIdx.x - 128;  // 0 .. kConsumerThreads
         wait_turn(turn, kb, ctid == 0, consumers_sync);  // its barrier: the dQ tiles are stored
-        const float4* tiles = reinterpret_cast<const float4*>(shared.dq[kAlternate ? (i & 1) : 0]);
+        const float4* tiles = reinterpret_cast<const float4*>(shared.dq[kAlternate ? (j & 1) : 0]);
         float4* dst = reinterpret_cast<float4*>(dq_block);
         constexpr int kVecs = BQ * D / 4;
         // dq_first_store: key block 0 adds first into every block any key block reaches (a query
@@ -747,13 +615,202 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           __stcg(dst + v, cur);
         }
         pass_turn(turn, kb + 1, ctid == 0, consumers_sync);  // its barrier also ends the reads of the dQ tiles
+      };
+      const int n_walk = qb_end - qb_begin;
+      if (!kDeltaInMain && cw == 1 && n_walk > 0) named_barrier_sync(Bars::kStagger, kConsumerThreads);
+      // Block i of the walk; kFirst: i = 0, which has no previous block's dQ (a separate copy: with a
+      // run-time condition on the dQ product ptxas serialized the head dim 128 kernel's wgmma, C7512)
+      const auto walk_block = [&](int i, auto first) {
+        constexpr bool kFirst = decltype(first)::value;
+        const int q0 = (qb_begin + i) * BQ;
+        const QuerySlot<kSlots> at(position + i);
+        const int slot = at.slot;
+        const std::uint32_t s_q = s_q0 + slot * kTile, s_do = s_do0 + slot * kTile;
+        mbar_wait(bars.full(slot), at.use & 1);
+
+        // ---- S^T = K Q^T and dP^T = V dO^T. Head dim 64: S^T in its own group, so that P is formed
+        // while dP^T runs (+2-4% backward; at 128 it measured -2% to +1%, so there one group and P
+        // after both products)
+        float st[NQ][4], dpt[NQ][4];
+        issue_scores_and_dprobs<D, kSplitScores>(st, dpt, s_k_group, s_q, s_v_group, s_do);
+        wgmma_wait<kSplitScores ? 1 : 0>();  // S^T landed (with the split dP^T may still run)
+        fence_registers(st);
+
+        // ---- P, then dS, at the mode's rounding points (backward_common.cuh's element mapping):
+        // element (nq, e) is key group_k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
+        // P overwrites S^T in place.
+        const float* s_lse = shared.rowvals[slot][0];
+        const float* s_delta = shared.rowvals[slot][1];  // kDeltaInMain: replaced once dP^T has landed
+        const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
+        if (need_mask) mask_transposed_scores(p, st, group_k0 + key_row + g, q0, t, causal);
+        std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
+        // kDeltaInMain: BF16(P) packed after dS, so that it is not live across the delta's barriers
+        form_probs<kPaper, NQ, !kDeltaInMain>(p, st, pa, s_lse, t);
+        wgmma_wait<0>();
+        fence_registers(dpt);
+        if constexpr (kDeltaInMain) s_delta = exact_delta_of_block(i, st, dpt);
+        const std::uint32_t s_ds_buf = ds_buffer(i);
+#pragma unroll
+        for (int nq = 0; nq < NQ; ++nq) {
+          float dsv[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dsv[e] = dscore_of<kPaper>(p, st[nq][e], dpt[nq][e], s_delta[nq * 8 + 2 * t + (e & 1)]);
+          dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
+          dsa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(dsv[2], dsv[3]);
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {  // dS^T [key][query] for dQ, in the SW128 layout
+            const std::uint32_t addr = s_ds_buf + cw * kDsTile + DsTile::offset(key_row + g + 8 * hf, nq) + 4 * t;
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
+          }
+        }
+        if constexpr (kDeltaInMain) pack_probs(st, pa);
+        fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the arrival (barrier) below
+        mbar_arrive(bars.ds_full((position + i) % Traits::kDsBuffers, cw));
+
+        // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q, then the previous block's dQ (its dS^T tiles
+        // waited for first: a wait between the issues kept more registers live than the 240 allow)
+        const bool dq_before = !kFirst && has_dq(i - 1);
+        if (dq_before) wait_ds(i - 1);
+        issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
+        if (!kDeltaInMain && kFirst && cw == 0) named_barrier_arrive(Bars::kStagger, kConsumerThreads);  // consumer 1 may start
+        float acc_dq[8][4];
+        if (dq_before) issue_dq(i - 1, acc_dq);
+        wgmma_wait_all();  // pa and dsa are read asynchronously: keep them until here
+        fence_registers(pa);
+        fence_registers(dsa);
+        fence_registers(acc_dq);
+        if (lane == 0) mbar_arrive(bars.free(slot));  // this warp no longer reads Q, dO and the rows of the slot
+        if (!kFirst) hand_dq(i - 1, acc_dq);
+      };
+      if (n_walk > 0) walk_block(0, std::true_type{});
+      for (int i = 1; i < n_walk; ++i) walk_block(i, std::false_type{});
+      if (n_walk > 0) {  // the last block's dQ
+        float acc_dq[8][4];
+        if (has_dq(n_walk - 1)) {
+          wait_ds(n_walk - 1);
+          issue_dq(n_walk - 1, acc_dq);
+        }
+        wgmma_wait_all();
+        fence_registers(acc_dq);
+        hand_dq(n_walk - 1, acc_dq);
+      }
+    } else {
+      for (int qb = qb_begin; qb < qb_end; ++qb) {
+        const int i = qb - qb_begin, q0 = qb * BQ;
+        const QuerySlot<kSlots> at(position + i);
+        const int slot = at.slot;
+        const std::uint32_t s_q = s_q0 + slot * kTile, s_do = s_do0 + slot * kTile;
+        mbar_wait(bars.full(slot), at.use & 1);
+
+        // ---- S^T = K Q^T and dP^T = V dO^T. Head dim 64: S^T in its own group, so that P is formed
+        // while dP^T runs (+2-4% backward; at 128 it measured -2% to +1%, so there one group and P
+        // after both products)
+        float st[NQ][4], dpt[NQ][4];
+        issue_scores_and_dprobs<D, kSplitScores>(st, dpt, s_k_group, s_q, s_v_group, s_do);
+        wgmma_wait<kSplitScores ? 1 : 0>();  // S^T landed (with the split dP^T may still run)
+        fence_registers(st);
+
+        // ---- P, then dS, at the mode's rounding points (backward_common.cuh's element mapping):
+        // element (nq, e) is key group_k0 + key_row + g + 8 (e / 2), query q0 + 8 nq + 2t + (e % 2).
+        // P overwrites S^T in place.
+        const float* s_lse = shared.rowvals[slot][0];
+        const float* s_delta = shared.rowvals[slot][1];  // kDeltaInMain: replaced once dP^T has landed
+        const bool need_mask = group_k0 + GK > p.k_len || (causal && group_k0 + GK - 1 > q0 + p.k_len - p.q_len);
+        if (need_mask) mask_transposed_scores(p, st, group_k0 + key_row + g, q0, t, causal);
+        std::uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
+        // kDeltaInMain: BF16(P) packed after dS, so that it is not live across the delta's barriers
+        form_probs<kPaper, NQ, !kDeltaInMain>(p, st, pa, s_lse, t);
+        wgmma_wait<0>();
+        fence_registers(dpt);
+        if constexpr (kDeltaInMain) s_delta = exact_delta_of_block(i, st, dpt);
+        const std::uint32_t s_ds_buf = s_ds + ((position + i) % Traits::kDsBuffers) * 2 * kDsTile;
+#pragma unroll
+        for (int nq = 0; nq < NQ; ++nq) {
+          float dsv[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dsv[e] = dscore_of<kPaper>(p, st[nq][e], dpt[nq][e], s_delta[nq * 8 + 2 * t + (e & 1)]);
+          dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
+          dsa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(dsv[2], dsv[3]);
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {  // dS^T [key][query] for dQ, in the SW128 layout
+            const std::uint32_t addr = s_ds_buf + cw * kDsTile + DsTile::offset(key_row + g + 8 * hf, nq) + 4 * t;
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
+          }
+        }
+        if constexpr (kDeltaInMain) pack_probs(st, pa);
+        fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the barrier below
+
+        // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q
+        issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
+        named_barrier_sync(Bars::kDsStored, kConsumerThreads);  // dS^T tiles complete
+
+        // ---- dQ part [64 queries, 64] = BF16(dS) K over the CTA's 128 keys (k-step kk: keys 16 kk..,
+        // in consumer kk / 4's tiles): dims 64 cw.. (128), or all dims if this consumer owns the block (64)
+        const bool has_dq = !kAlternate || (i & 1) == cw;
+        const int dq_tile = kAlternate ? 0 : cw;  // 64-dim tile of the block
+        float acc_dq[8][4];
+        if (has_dq) {
+          const Sw128Desc ds_mn(s_ds_buf, DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < BK / 16; ++kk) {
+            const std::uint32_t a = (kk / 4) * kDsTile + (kk % 4) * 2048;
+            const std::uint32_t b = (kk / 4) * kTile + (kk % 4) * 2048;
+            wgmma_ss<64, 1>(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
+          }
+          wgmma_commit();
+        }
+        wgmma_wait_all();  // pa and dsa are read asynchronously: keep them until here
+        fence_registers(pa);
+        fence_registers(dsa);
+        fence_registers(acc_dq);
+        if (lane == 0) mbar_arrive(bars.free(slot));  // this warp no longer reads Q, dO and the rows of the slot
+
+        // ---- dQ part -> shared memory (fragment order), then to the workspace: by the reducing warp's
+        // bulk reduction, or in key-block order (deterministic); with one key block to dq as BF16
+        if constexpr (kDqDirect) {
+          if (has_dq) store_dq_direct(i, acc_dq);
+        } else if (!p.deterministic) {
+          if (has_dq) {
+            if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw), Bars::kDqHandshake);  // the last tile was read
+            store_dq_part(s_dq_group, acc_dq, tid);
+            fence_proxy_async_smem();  // the copy engine reads the tile
+            named_barrier_arrive(Bars::dq_full(cw), Bars::kDqHandshake);
+            ++dq_stored;
+          }
+        } else {
+          if (has_dq) {
+            store_dq_part(s_dq_group, acc_dq, tid);
+          }
+          // key-block order: this CTA adds its whole [64, D] block (128: both consumers' tiles, which
+          // are the block's two dim tiles in order; 64: the owning consumer's tile)
+          float* dq_block = dq_head + std::int64_t(qb) * BQ * D;
+          int* turn = p.dq_semaphore + ((std::int64_t(b) * p.heads + h) * n_qblocks + qb);
+          const int ctid = threadIdx.x - 128;  // 0 .. kConsumerThreads
+          wait_turn(turn, kb, ctid == 0, consumers_sync);  // its barrier: the dQ tiles are stored
+          const float4* tiles = reinterpret_cast<const float4*>(shared.dq[kAlternate ? (i & 1) : 0]);
+          float4* dst = reinterpret_cast<float4*>(dq_block);
+          constexpr int kVecs = BQ * D / 4;
+          // dq_first_store: key block 0 adds first into every block any key block reaches (a query
+          // that sees a key sees key 0), so it adds to zero instead of reading the uncleared block
+          const bool first = p.dq_first_store && kb == 0;
+          for (int v = ctid; v < kVecs; v += kConsumerThreads) {
+            const float4 add = tiles[v];
+            float4 cur = first ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : __ldcg(dst + v);
+            cur.x += add.x, cur.y += add.y, cur.z += add.z, cur.w += add.w;
+            __stcg(dst + v, cur);
+          }
+          pass_turn(turn, kb + 1, ctid == 0, consumers_sync);  // its barrier also ends the reads of the dQ tiles
+        }
       }
     }
-  }
-  fence_registers(acc_dk);
-  fence_registers(acc_dv);
+    if (lane == 0) mbar_arrive(bars.kv_free());  // the last product reading K, V has completed
+    fence_registers(acc_dk);
+    fence_registers(acc_dv);
 
-  store_dk_dv<kPaper>(p, b, h, group_k0 + key_row + g, t, acc_dk, acc_dv);
+    store_dk_dv<kPaper>(p, b, h, group_k0 + key_row + g, t, acc_dk, acc_dv);
+    position += qb_end - qb_begin;
+  }
 }
 
 }  // namespace stableflash::attention::cuda

@@ -236,6 +236,7 @@ void execute_backward(const BackwardArgs& a, const AttentionOptions& opt, const 
   p.dq_accum = w.dq_bytes ? reinterpret_cast<float*>(ws) : nullptr;
   p.dq_direct = plan.dq_direct ? 1 : 0;
   p.delta_in_main = plan.delta == DeltaPass::in_main ? 1 : 0;
+  p.main_ctas = plan.main_ctas;
   p.dq_semaphore = w.semaphores ? reinterpret_cast<int*>(ws + w.at_semaphores) : nullptr;
   p.dq_first_store = plan.dq_first_store ? 1 : 0;
   p.dq_claims = w.claims ? reinterpret_cast<int*>(ws + w.at_claims) : nullptr;
@@ -295,7 +296,7 @@ void backward(const BackwardArgs& a, const AttentionOptions& options) {
   const AttentionOptions opt = options.for_shape(a.shape);
   check_resolved_args(a, opt);
   if (!a.dq || !a.dk || !a.dv) throw std::invalid_argument("attention_backward: dq, dk and dv outputs are required");
-  const BackwardPlan plan = plan_backward(a, opt);
+  const BackwardPlan plan = plan_backward(a, opt, /*with_gradients=*/true, multiprocessors());
   execute_backward(a, opt, plan, [&](const BackwardParams& p, cudaStream_t stream) {
     with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_backward_main<D, kPaper>(p, stream); });
   });

@@ -246,7 +246,7 @@ ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int 
 // (DeltaPass::in_main; attention.hpp)
 static_assert(kAutoExactMaxKeys == kBackwardBlockK, "auto's exact range is the backward's one key block");
 
-BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, bool with_gradients) {
+BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, bool with_gradients, int sms) {
   const AttentionShape& s = a.shape;
   BackwardPlan plan;
   plan.head_dim = s.head_dim;
@@ -258,6 +258,8 @@ BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, b
   if (!with_gradients) return plan;
   plan.dq_direct = blocks(s.k_len, kBackwardBlockK) == 1;
   plan.dq_first_store = !plan.dq_direct;
+  const std::int64_t items = blocks(s.k_len, kBackwardBlockK) * std::int64_t(s.batch) * s.heads;
+  if (sms > 0 && !opt.causal && !plan.dq_direct && items > sms) plan.main_ctas = sms;
   settle_backward_plan(plan, a, opt);
   return plan;
 }

@@ -117,12 +117,19 @@ struct BackwardPlan {
   // Which block is first: deterministic mode's turn counters say it (key block 0), otherwise a
   // claim word per tile (docs/cuda-kernels.md). The lab's kernels add into a cleared accumulator.
   bool dq_first_store = false;
+  // The main kernel's grid: one CTA per item (a (b, h) pair's 128-key block) where 0, else this
+  // many CTAs that take every main_ctas-th item each (a persistent grid, one CTA per SM: the next
+  // item's K, V and first query block load while the CTA stores the last item's dK, dV). Full
+  // attention only, whose items are all alike; causal ones differ in length, and there the
+  // hardware's CTA scheduler balances them as they end.
+  int main_ctas = 0;
   BackwardWorkspace workspace;
 };
 
 // The plan of a backward (with_gradients) or attention_delta call (without: no workspace, and the
 // exact delta is always its pass) whose arguments passed cuda::check_supported_args.
-BackwardPlan plan_backward(const BackwardArgs& args, const AttentionOptions& options, bool with_gradients = true);
+// sms: the device's SM count (the persistent grid's size); 0: a CTA per item.
+BackwardPlan plan_backward(const BackwardArgs& args, const AttentionOptions& options, bool with_gradients = true, int sms = 0);
 // What follows from plan's dq_direct: where the exact delta is formed (in_main with dq_direct, else
 // its pass) and plan.workspace (for kv_group too). plan_backward's last step; the lab calls it
 // again after turning dq_direct off.
