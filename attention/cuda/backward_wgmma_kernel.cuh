@@ -77,6 +77,10 @@ struct WgmmaBackwardTraits {
   // backward at head dim 128, -0.8-5.3% at 64 (measured; docs/benchmarks.md), which keeps the
   // walk as it was, the dQ with its own block after a named barrier of both consumers
   static constexpr bool kDqLate = kHeadDim == 128;
+  // A CTA may take several items (the persistent grid, BackwardPlan::main_ctas): head dim 128 only,
+  // where it measured +0.9 to +5.5% backward at full attention; at 64 it measured -3.3 to +1.3%,
+  // and there the kernel keeps one item a CTA at compile time (its code as before)
+  static constexpr bool kPersistent = kHeadDim == 128;
   // S^T and dP^T in separate commit groups (P formed while dP^T runs): where it measured faster
   static constexpr bool kSplitScores = kHeadDim == 64;
   static constexpr int kTile = kGroupKeys * kHeadDim * 2;  // one [64, D] SW128 tile
@@ -413,7 +417,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const BackwardCtaOrder order(key_blocks, p.batch * p.heads, causal);
   const int n_items = key_blocks * p.batch * p.heads;  // < 2^31 (check_tensors)
   const int n_qblocks = DqFragmentOrder::blocks(p.q_len);  // BQ: its kBlockQ
-  const auto item_at = [&](int item) { return BackwardItem::at<BK, BQ>(p, order, item, n_qblocks); };
+  // (without kPersistent the item is blockIdx.x itself, which the compiler knows to be uniform)
+  const auto item_at = [&](int item) {
+    return BackwardItem::at<BK, BQ>(p, order, Traits::kPersistent ? item : int(blockIdx.x), n_qblocks);
+  };
   // The warpgroup index broadcast from lane 0: the compiler then knows it is warp-uniform and keeps
   // the shared-memory addresses derived from it (wgmma descriptors) in uniform registers instead of
   // moving them over (R2UR) before every product (CUTLASS's canonical_warp_group_idx does the same).
@@ -424,8 +431,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int slot = QuerySlot<kSlots>(position + i).slot;
     load_query_block<D>(p, s_q0 + slot * kTile, s_do0 + slot * kTile, it.qb_begin + i, it.h, it.b, bars.full(slot));
   };
-  // the CTA's items: blockIdx.x, then every gridDim.x-th (one each where the grid has a CTA per item)
-  const auto next_item = [&](int item) { return item + int(gridDim.x); };
+  // the CTA's items: blockIdx.x, then every gridDim.x-th (one each where the grid has a CTA per item).
+  // Without kPersistent one item at compile time: the rounds and ring positions below stay 0 (so
+  // the code is that of a CTA per item)
+  const auto next_item = [&](int item) { return Traits::kPersistent ? item + int(gridDim.x) : n_items; };
+  constexpr int kNextRound = Traits::kPersistent ? 1 : 0;
 
   if (threadIdx.x == 0) {
     mbar_init(bars.kv(), 1);
@@ -453,7 +463,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (warp == 0) {
       if (lane == 0) {
         int position = 0;  // of the item's first block in the slots' ring
-        for (int item = blockIdx.x, round = 0; item < n_items; item = next_item(item), ++round) {
+        for (int item = blockIdx.x, round = 0; item < n_items; item = next_item(item), round += kNextRound) {
           const BackwardItem it = item_at(item);
           const auto issue = [&](int i) {
             const QuerySlot<kSlots> at(position + i);
@@ -466,7 +476,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             load_key_tiles<D>(p, s_k, s_v, it.k0, it.kv_h, it.b, bars.kv());
           }
           for (int i = 1; i < it.walk(); ++i) issue(i);
-          position += it.walk();
+          position += kNextRound * it.walk();
         }
       }
     } else if (warp == 1) {
@@ -474,7 +484,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for (int item = blockIdx.x; item < n_items; item = next_item(item)) {
         const BackwardItem it = item_at(item);
         produce_row_values<Traits, !kDeltaInMain>(p, shared, bars, it.row_base, it.qb_begin, it.qb_end, position, lane);
-        position += it.walk();
+        position += kNextRound * it.walk();
       }
     } else if (kDqDirect) {
       for (int item = blockIdx.x; item < n_items; item = next_item(item)) {
@@ -506,7 +516,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const auto consumers_sync = [] { named_barrier_sync(Bars::kConsumers, kConsumerThreads); };
   int position = 0;   // of the item's first block in the slots' and the dS^T buffers' rings
   int dq_stored = 0;  // dQ tiles this consumer handed to its reducing warp
-  for (int item = blockIdx.x, round = 0; item < n_items; item = next_item(item), ++round) {
+  for (int item = blockIdx.x, round = 0; item < n_items; item = next_item(item), round += kNextRound) {
     const BackwardItem it = item_at(item);
     const int kb = it.kb, b = it.b, h = it.h, qb_begin = it.qb_begin, qb_end = it.qb_end;
     const std::int64_t row_base = it.row_base;
@@ -809,7 +819,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     fence_registers(acc_dv);
 
     store_dk_dv<kPaper>(p, b, h, group_k0 + key_row + g, t, acc_dk, acc_dv);
-    position += qb_end - qb_begin;
+    position += kNextRound * (qb_end - qb_begin);
   }
 }
 

@@ -259,7 +259,8 @@ BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, b
   plan.dq_direct = blocks(s.k_len, kBackwardBlockK) == 1;
   plan.dq_first_store = !plan.dq_direct;
   const std::int64_t items = blocks(s.k_len, kBackwardBlockK) * std::int64_t(s.batch) * s.heads;
-  if (sms > 0 && !opt.causal && !plan.dq_direct && items > sms) plan.main_ctas = sms;
+  // head dim 128 only: WgmmaBackwardTraits::kPersistent
+  if (sms > 0 && s.head_dim == 128 && !opt.causal && !plan.dq_direct && items > sms) plan.main_ctas = sms;
   settle_backward_plan(plan, a, opt);
   return plan;
 }

@@ -211,14 +211,14 @@ BackwardArgs backward_args(const AttentionShape& s) {
   return a;
 }
 
-// The backward's main grid: persistent (one CTA per SM) for full attention with more items (pairs x
-// 128-key blocks) than SMs; a CTA per item for causal attention (items of different lengths), one
-// key block (dq_direct), few items, or no SM count
+// The backward's main grid: persistent (one CTA per SM) for full attention at head dim 128 with more
+// items (pairs x 128-key blocks) than SMs; a CTA per item for causal attention (items of different
+// lengths), head dim 64, one key block (dq_direct), few items, or no SM count
 TEST(LaunchPlan, BackwardPersistentGridOnlyForFullAttentionWithMoreItemsThanSms) {
   AttentionOptions opt;
   opt.device = Device::cuda;
   const int sms = 132;
-  const BackwardArgs many = backward_args({2, 50, 300, 300, 64});  // 3 key blocks x 100 pairs = 300 items
+  const BackwardArgs many = backward_args({2, 50, 300, 300, 128});  // 3 key blocks x 100 pairs = 300 items
   EXPECT_EQ(plan_backward(many, opt, true, sms).main_ctas, sms);
   EXPECT_EQ(plan_backward(many, opt, true, 0).main_ctas, 0);
   opt.deterministic = true;
@@ -226,8 +226,9 @@ TEST(LaunchPlan, BackwardPersistentGridOnlyForFullAttentionWithMoreItemsThanSms)
   opt.deterministic = false, opt.causal = true;
   EXPECT_EQ(plan_backward(many, opt, true, sms).main_ctas, 0) << "causal";
   opt.causal = false;
-  EXPECT_EQ(plan_backward(backward_args({2, 22, 300, 300, 64}), opt, true, sms).main_ctas, 0) << "132 items: one round";
-  EXPECT_EQ(plan_backward(backward_args({8, 64, 300, 128, 64}), opt, true, sms).main_ctas, 0) << "one key block";
+  EXPECT_EQ(plan_backward(backward_args({2, 22, 300, 300, 128}), opt, true, sms).main_ctas, 0) << "132 items: one round";
+  EXPECT_EQ(plan_backward(backward_args({8, 64, 300, 128, 128}), opt, true, sms).main_ctas, 0) << "one key block";
+  EXPECT_EQ(plan_backward(backward_args({2, 50, 300, 300, 64}), opt, true, sms).main_ctas, 0) << "head dim 64";
 }
 
 TEST(LaunchPlan, BackwardDeltaPassAndWorkspace) {
