@@ -21,9 +21,14 @@
 // consumers add the CTA's block in key-block order (turn counters) with plain loads and stores.
 // With one key block per (b, h) (Tk <= 128, BackwardParams::dq_direct) a consumer's part is final:
 // it stores it to dq as BF16 itself (no workspace, no conversion kernel; its own instantiation).
+// A CTA's work is one item (a (b, h) pair's 128 keys and their walk) or, at head dim 128 in full
+// attention (BackwardPlan::main_ctas, Traits::kPersistent), every gridDim.x-th item of a grid of one
+// CTA per SM: the rings of query slots and dS^T buffers and the dQ hand-over run on from item to
+// item, and the next item's first Q, dO and its K, V load (once every consumer warp arrived on
+// `kv_free` after its last product reading K, V) while the consumers store the last item's dK, dV.
 // The producer warpgroup (24 registers after setmaxnreg, the consumers 240) keeps the copies and
 // the reductions off the consumers' path:
-//   warp 0   one thread issues the copies: K and V once, Q and dO per query block into kSlots
+//   warp 0   one thread issues the copies: K and V once an item, Q and dO per query block into kSlots
 //            slots, a slot reloaded once all eight consumer warps arrived on its `free` barrier;
 //   warp 1   the lse and delta rows of each block into the slot (arriving on its `full` barrier
 //            beside the copies);

@@ -259,8 +259,12 @@ BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, b
   plan.dq_direct = blocks(s.k_len, kBackwardBlockK) == 1;
   plan.dq_first_store = !plan.dq_direct;
   const std::int64_t items = blocks(s.k_len, kBackwardBlockK) * std::int64_t(s.batch) * s.heads;
-  // head dim 128 only: WgmmaBackwardTraits::kPersistent
-  if (sms > 0 && s.head_dim == 128 && !opt.causal && !plan.dq_direct && items > sms) plan.main_ctas = sms;
+  const int q_walk = blocks(s.q_len, kBackwardBlockQ);  // a full-attention item's query blocks
+  // head dim 128 only (WgmmaBackwardTraits::kPersistent), and walks of up to kPersistentMaxWalk
+  // query blocks: what it saves is about a block's time an item, +3.4 to +5.5% at 16-32 blocks, +0.9%
+  // at 128 and nothing measurable at 256 (-0.1 / -1.4%, docs/benchmarks.md)
+  constexpr int kPersistentMaxWalk = 128;
+  if (sms > 0 && s.head_dim == 128 && !opt.causal && !plan.dq_direct && items > sms && q_walk <= kPersistentMaxWalk) plan.main_ctas = sms;
   settle_backward_plan(plan, a, opt);
   return plan;
 }

@@ -120,8 +120,9 @@ struct BackwardPlan {
   // The main kernel's grid: one CTA per item (a (b, h) pair's 128-key block) where 0, else this
   // many CTAs that take every main_ctas-th item each (a persistent grid, one CTA per SM: the next
   // item's K, V and first query block load while the CTA stores the last item's dK, dV). Full
-  // attention at head dim 128 only (where it measured faster), whose items are all alike; causal
-  // ones differ in length, and there the hardware's CTA scheduler balances them as they end.
+  // attention at head dim 128 with up to 8,192 query rows (where it measured faster), whose items
+  // are all alike; causal ones differ in length, and there the hardware's CTA scheduler balances
+  // them as they end.
   int main_ctas = 0;
   BackwardWorkspace workspace;
 };

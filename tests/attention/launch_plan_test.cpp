@@ -212,8 +212,9 @@ BackwardArgs backward_args(const AttentionShape& s) {
 }
 
 // The backward's main grid: persistent (one CTA per SM) for full attention at head dim 128 with more
-// items (pairs x 128-key blocks) than SMs; a CTA per item for causal attention (items of different
-// lengths), head dim 64, one key block (dq_direct), few items, or no SM count
+// items (pairs x 128-key blocks) than SMs and walks of up to 128 query blocks; a CTA per item for
+// causal attention (items of different lengths), head dim 64, longer walks, one key block
+// (dq_direct), few items, or no SM count
 TEST(LaunchPlan, BackwardPersistentGridOnlyForFullAttentionWithMoreItemsThanSms) {
   AttentionOptions opt;
   opt.device = Device::cuda;
@@ -229,6 +230,8 @@ TEST(LaunchPlan, BackwardPersistentGridOnlyForFullAttentionWithMoreItemsThanSms)
   EXPECT_EQ(plan_backward(backward_args({2, 22, 300, 300, 128}), opt, true, sms).main_ctas, 0) << "132 items: one round";
   EXPECT_EQ(plan_backward(backward_args({8, 64, 300, 128, 128}), opt, true, sms).main_ctas, 0) << "one key block";
   EXPECT_EQ(plan_backward(backward_args({2, 50, 300, 300, 64}), opt, true, sms).main_ctas, 0) << "head dim 64";
+  EXPECT_EQ(plan_backward(backward_args({2, 16, 8192, 8192, 128}), opt, true, sms).main_ctas, sms) << "128 query blocks a walk";
+  EXPECT_EQ(plan_backward(backward_args({2, 16, 8193, 8193, 128}), opt, true, sms).main_ctas, 0) << "129 query blocks a walk";
 }
 
 TEST(LaunchPlan, BackwardDeltaPassAndWorkspace) {
