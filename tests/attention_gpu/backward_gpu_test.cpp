@@ -78,6 +78,10 @@ std::vector<BwdCase> backward_cases() {
   out.push_back({2, 50, 300, 300, 64, false, bhtd, DeltaSource::compensated, false, 1.0});
   out.push_back({1, 100, 260, 260, 128, false, bthd, DeltaSource::compensated, false, 1.0});
   out.push_back({2, 50, 300, 300, 128, false, bhtd, rounded, true, 1.0});
+  // ... with Tq != Tk: a one-block walk (both consumers' stagger and dQ hand-over each item), and
+  // eleven blocks over two key blocks (200 items)
+  out.push_back({1, 100, 64, 300, 128, false, bthd, DeltaSource::compensated, false, 1.0});
+  out.push_back({1, 100, 700, 200, 128, false, bhtd, DeltaSource::compensated, false, 1.0});
   return out;
 }
 
