@@ -318,7 +318,8 @@ __device__ __forceinline__ void produce_row_values(const BackwardParams& p, type
 
 // Producer warps 2, 3: consumer c's dQ tiles (one per block it computes: every block at head dim
 // 128, every other at 64) added into the workspace as they are stored. The tile goes back to the
-// consumer once the copy engine has read it, except after the last (the consumer waits for none).
+// consumer once the copy engine has read it, except after the CTA's last (last_item: the item's last
+// tile is the CTA's; the consumer waits for none after it).
 // With claims (BackwardParams::dq_first_store, [n_qblocks][D / 64] words of this (b, h)) nothing
 // cleared the workspace: the key block whose claim on a tile comes first stores it (a bulk copy,
 // no read of the old bytes at L2), waits until the store has landed and then marks the claim
