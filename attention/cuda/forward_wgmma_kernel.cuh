@@ -208,15 +208,13 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
   }
 }
 
-// The epilogue: O (and the residual) staged in the SW128 layout at s_o (s_r): the one-warpgroup
-// kernel's K buffers, which no product reads any more, or the warp-specialized consumer's own
-// staging tiles (which its store warp then writes: forward_ws_kernel.cuh); then written by bulk
-// tensor copies in whole 128-byte lines (rows past Tq are clipped by the copy engine); lse and the
-// counters directly. A warp stages four 8-column blocks of one half of its rows per stmatrix (16
-// instructions a warp at D = 128 where 64 32-bit stores were), into 16-byte chunks that the swizzle
-// spreads over all banks.
-// O (and the residual) of a warpgroup's rows staged at s_o (s_r) for the bulk stores, and made
-// visible to the copy engine (each thread's fence; the caller orders them before the issuing thread).
+// The epilogue's first part: O (and the residual) of a warpgroup's rows staged in the SW128 layout at
+// s_o (s_r), the one-warpgroup kernel's K buffers, which no product reads any more, or the
+// warp-specialized consumer's own staging tiles (which its store warp then writes:
+// forward_ws_kernel.cuh), and made visible to the copy engine (each thread's fence; the caller
+// orders them before the thread that issues the bulk stores, issue_output_stores). A warp stages
+// four 8-column blocks of one half of its rows per stmatrix (16 instructions a warp at D = 128 where
+// 64 32-bit stores were), into 16-byte chunks that the swizzle spreads over all banks.
 template <class Traits, class Rows>
 __device__ __forceinline__ void stage_outputs(const ForwardParams& p, const Rows& rows, std::uint32_t s_o, std::uint32_t s_r) {
   constexpr int D = Traits::kHeadDim;
