@@ -62,7 +62,10 @@ struct WgmmaBackwardTraits {
   // setmaxnreg budgets (FlashAttention-3's): the CTA starts at cta_start_registers(384) = 168 a
   // thread; a consumer holds dK, dV (D / 2 each), S^T, dP^T (16 each), P, dS and the dQ part (32)
   // per thread. At 40 / 232 ptxas (CUDA 13.0) serialized the D = 128 kernel's wgmma for want of
-  // registers (C7512); at 24 / 240 nothing spills or serializes, the producer's loops included.
+  // registers (C7512); at 24 / 240 nothing serializes, and the producer's loops spill a few words
+  // (36-60 bytes at D = 128; at 64 the one-key-block kernel with the exact delta inside, 80). Head
+  // dim 64 at 40 / 232 spills nothing and measured the same (-1.9...+1.2%, docs/benchmarks.md), so
+  // both keep one budget.
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
   static_assert(kProducerRegisters + kWarpgroups * kConsumerRegisters <= (1 + kWarpgroups) * cta_start_registers(kThreads),
