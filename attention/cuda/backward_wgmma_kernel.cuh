@@ -445,6 +445,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // the code is that of a CTA per item)
   const auto next_item = [&](int item) { return Traits::kPersistent ? item + int(gridDim.x) : n_items; };
   constexpr int kNextRound = Traits::kPersistent ? 1 : 0;
+  // A producer role's walk over the CTA's items: work(it, round, position, last) with the item's
+  // round (items before it), the ring position of its first query block (the walks before it) and
+  // whether it is the CTA's last item. The producer roles' use leaves every backward kernel's SASS as
+  // it was, instruction for instruction; the consumers keep their loop written out, since their walk
+  // inside this lambda changed the D = 128 kernels' SASS in some 4,800 lines (register allocation).
+  const auto for_each_item = [&](auto&& work) {
+    int position = 0;
+    for (int item = blockIdx.x, round = 0; item < n_items; item = next_item(item), round += kNextRound) {
+      const BackwardItem it = item_at(item);
+      work(it, round, position, next_item(item) >= n_items);
+      position += kNextRound * it.walk();
+    }
+  };
 
   if (threadIdx.x == 0) {
     mbar_init(bars.kv(), 1);
@@ -471,9 +484,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     release_registers<Traits::kProducerRegisters>();
     if (warp == 0) {
       if (lane == 0) {
-        int position = 0;  // of the item's first block in the slots' ring
-        for (int item = blockIdx.x, round = 0; item < n_items; item = next_item(item), round += kNextRound) {
-          const BackwardItem it = item_at(item);
+        for_each_item([&](const BackwardItem& it, int round, int position, bool) {
           const auto issue = [&](int i) {
             const QuerySlot<kSlots> at(position + i);
             if (at.use > 0) mbar_wait(bars.free(at.slot), (at.use - 1) & 1);
@@ -485,33 +496,27 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
             load_key_tiles<D>(p, s_k, s_v, it.k0, it.kv_h, it.b, bars.kv());
           }
           for (int i = 1; i < it.walk(); ++i) issue(i);
-          position += kNextRound * it.walk();
-        }
+        });
       }
     } else if (warp == 1) {
-      int position = 0;
-      for (int item = blockIdx.x; item < n_items; item = next_item(item)) {
-        const BackwardItem it = item_at(item);
+      for_each_item([&](const BackwardItem& it, int, int position, bool) {
         produce_row_values<Traits, !kDeltaInMain>(p, shared, bars, it.row_base, it.qb_begin, it.qb_end, position, lane);
-        position += kNextRound * it.walk();
-      }
+      });
     } else if (kDqDirect) {
-      for (int item = blockIdx.x; item < n_items; item = next_item(item)) {
-        const BackwardItem it = item_at(item);
+      for_each_item([&](const BackwardItem& it, int, int, bool) {
         zero_unseen_dq_blocks<Traits>(p, warp - 2, it.b, it.h, it.qb_begin, lane);
         if (kDeltaInMain && warp == 2) {  // rows before the walk's first block see no key: delta 0, as the pass writes
           for (int q = lane; q < min(it.qb_begin * BQ, p.q_len); q += 32) p.delta[it.row_base + q] = 0.0f;
         }
-      }
+      });
     } else if (!p.deterministic) {
       const int c = warp - 2;
-      for (int item = blockIdx.x; item < n_items; item = next_item(item)) {
-        const BackwardItem it = item_at(item);
+      for_each_item([&](const BackwardItem& it, int, int, bool last) {
         const std::int64_t pair = std::int64_t(it.b) * p.heads + it.h;
         int* claims_head = p.dq_claims ? p.dq_claims + pair * n_qblocks * (D / 64) : nullptr;
         reduce_dq_tiles<Traits>(bars, p.dq_accum + pair * n_qblocks * BQ * D, claims_head, s_dq + c * Traits::kDqTile, c, it.qb_begin,
-                                it.qb_end, next_item(item) >= n_items, lane);
-      }
+                                it.qb_end, last, lane);
+      });
     }
     return;
   }
