@@ -366,6 +366,16 @@ __device__ __forceinline__ void reduce_dq_tiles(const BackwardBarriers<Traits::k
   if (last_item && lane == 0) bulk_wait_group<0>();  // the last reduction is done before the CTA's memory goes
 }
 
+// dS^T query tiles nq, nq + 1 of a warp's 16 keys ([key][query] in the SW128 layout: the dQ
+// product's A operand) from its packed dS fragments, one stmatrix of four 8 x 8 matrices in dsa's
+// order: (nq, rows g), (nq, g + 8), (nq + 1, g), (nq + 1, g + 8); lane l addresses row l % 8 of
+// matrix l / 8. (Four instructions a block where 16 32-bit stores were.)
+template <class DsTile>
+__device__ __forceinline__ void store_ds_pair(std::uint32_t s_ds_group, int key_row, int nq, const std::uint32_t (&ds)[4], int lane) {
+  const int m = lane / 8;
+  stmatrix_x4(s_ds_group + DsTile::offset(key_row + lane % 8 + 8 * (m % 2), nq + m / 2), ds);
+}
+
 // A consumer's [64 queries, 64] FP32 dQ part -> its shared tile in fragment order (DqFragmentOrder:
 // four conflict-free 16-byte stores per thread and 8-dim group)
 __device__ __forceinline__ void store_dq_part(std::uint32_t s_dq_group, const float (&acc_dq)[8][4], int tid) {
@@ -681,11 +691,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           for (int e = 0; e < 4; ++e) dsv[e] = dscore_of<kPaper>(p, st[nq][e], dpt[nq][e], s_delta[nq * 8 + 2 * t + (e & 1)]);
           dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
           dsa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(dsv[2], dsv[3]);
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {  // dS^T [key][query] for dQ, in the SW128 layout
-            const std::uint32_t addr = s_ds_buf + cw * kDsTile + DsTile::offset(key_row + g + 8 * hf, nq) + 4 * t;
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
-          }
+          if (nq % 2 == 1) store_ds_pair<DsTile>(s_ds_buf + cw * kDsTile, key_row, nq - 1, dsa[nq / 2], lane);  // dS^T for dQ
         }
         if constexpr (kDeltaInMain) pack_probs(st, pa);
         fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the arrival (barrier) below
@@ -755,11 +761,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           for (int e = 0; e < 4; ++e) dsv[e] = dscore_of<kPaper>(p, st[nq][e], dpt[nq][e], s_delta[nq * 8 + 2 * t + (e & 1)]);
           dsa[nq / 2][(nq % 2) * 2 + 0] = pack_bf16x2(dsv[0], dsv[1]);
           dsa[nq / 2][(nq % 2) * 2 + 1] = pack_bf16x2(dsv[2], dsv[3]);
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {  // dS^T [key][query] for dQ, in the SW128 layout
-            const std::uint32_t addr = s_ds_buf + cw * kDsTile + DsTile::offset(key_row + g + 8 * hf, nq) + 4 * t;
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[nq / 2][(nq % 2) * 2 + hf]));
-          }
+          if (nq % 2 == 1) store_ds_pair<DsTile>(s_ds_buf + cw * kDsTile, key_row, nq - 1, dsa[nq / 2], lane);  // dS^T for dQ
         }
         if constexpr (kDeltaInMain) pack_probs(st, pa);
         fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the barrier below
