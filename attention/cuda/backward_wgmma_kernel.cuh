@@ -694,14 +694,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           if (nq % 2 == 1) store_ds_pair<DsTile>(s_ds_buf + cw * kDsTile, key_row, nq - 1, dsa[nq / 2], lane);  // dS^T for dQ
         }
         if constexpr (kDeltaInMain) pack_probs(st, pa);
-        fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the arrival (barrier) below
-        mbar_arrive(bars.ds_full((position + i) % Traits::kDsBuffers, cw));
 
         // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q, then the previous block's dQ (its dS^T tiles
         // waited for first: a wait between the issues kept more registers live than the 240 allow)
         const bool dq_before = !kFirst && has_dq(i - 1);
         if (dq_before) wait_ds(i - 1);
         issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
+        // The dS^T stores are read by the dQ products (async proxy) after this arrival: fenced behind
+        // the dV, dK issue, which reads none of them, so that the fence's wait for the stores runs
+        // beside those products instead of before them.
+        fence_proxy_async_smem();
+        mbar_arrive(bars.ds_full((position + i) % Traits::kDsBuffers, cw));
         if (!kDeltaInMain && kFirst && cw == 0) named_barrier_arrive(Bars::kStagger, kConsumerThreads);  // consumer 1 may start
         float acc_dq[8][4];
         if (dq_before) issue_dq(i - 1, acc_dq);
@@ -764,10 +767,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           if (nq % 2 == 1) store_ds_pair<DsTile>(s_ds_buf + cw * kDsTile, key_row, nq - 1, dsa[nq / 2], lane);  // dS^T for dQ
         }
         if constexpr (kDeltaInMain) pack_probs(st, pa);
-        fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the barrier below
 
         // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q
         issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
+        fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the barrier below (fenced as above)
         named_barrier_sync(Bars::kDsStored, kConsumerThreads);  // dS^T tiles complete
 
         // ---- dQ part [64 queries, 64] = BF16(dS) K over the CTA's 128 keys (k-step kk: keys 16 kk..,
