@@ -583,6 +583,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // common steps (S^T, dP^T, P, dS, the dQ product and its hand-over) stay written out in each:
     // shared as lambdas they left the head dim 128 SASS as it is but changed the register
     // allocation of the head dim 64 kernel again, which is what measured slower.
+    // the dS^T buffer of walk block j (both consumers' tiles), in its ring position
+    const auto ds_buffer = [&](int j) { return s_ds + ((position + j) % Traits::kDsBuffers) * 2 * kDsTile; };
     if constexpr (Traits::kDqLate) {
       // dQ of block j (j: the walk's index) is issued at block j + 1, behind that block's dV,
       // dK products (the last block's after the walk), so neither consumer waits for the other's dS^T
@@ -592,7 +594,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // at the same time. A consumer holds a [64 queries, 64] part: head dim 128 its half of the
       // dims, 64 the whole block, consumer j % 2 computing block j's.
       const auto has_dq = [&](int j) { return !kAlternate || (j & 1) == cw; };
-      const auto ds_buffer = [&](int j) { return s_ds + ((position + j) % Traits::kDsBuffers) * 2 * kDsTile; };
       const auto wait_ds = [&](int j) {  // both consumers' dS^T tiles of block j are stored
         const int buffer = (position + j) % Traits::kDsBuffers, use = (position + j) / Traits::kDsBuffers;
 #pragma unroll
@@ -756,7 +757,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         wgmma_wait<0>();
         fence_registers(dpt);
         if constexpr (kDeltaInMain) s_delta = exact_delta_of_block(i, st, dpt);
-        const std::uint32_t s_ds_buf = s_ds + ((position + i) % Traits::kDsBuffers) * 2 * kDsTile;
+        const std::uint32_t s_ds_buf = ds_buffer(i);
 #pragma unroll
         for (int nq = 0; nq < NQ; ++nq) {
           float dsv[4];
