@@ -146,7 +146,7 @@ struct BackwardCtaOrder {
 
 // One item of a backward CTA's work: a (batch, head) pair's key block kb (keys k0 .. k0 + 128) and
 // the query blocks that see it, [qb_begin, qb_end). Items go in BackwardCtaOrder's order; a grid of
-// fewer CTAs than items (the persistent grid, BackwardParams::persistent) has each CTA take every
+// fewer CTAs than items (the persistent grid, BackwardPlan::main_ctas) has each CTA take every
 // gridDim.x-th.
 struct BackwardItem {
   int kb, b, h, kv_h, k0, qb_begin, qb_end;

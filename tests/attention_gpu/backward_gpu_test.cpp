@@ -71,10 +71,11 @@ std::vector<BwdCase> backward_cases() {
   out.push_back({1, 2, 513, 513, 128, false, bthd, DeltaSource::compensated, true, 1.0});
   out.push_back({1, 2, 300, 300, 64, true, bhtd, rounded, false, 5.0});
   out.push_back({1, 2, 300, 300, 128, true, bhtd, DeltaSource::compensated, false, 3000.0});
-  // Full attention with more items (pairs x 128-key blocks) than an H100's or H200's 132 SMs: the
-  // persistent grid (BackwardPlan::main_ctas), each CTA taking two or three items, so the slots' and
-  // dS^T buffers' rings, the K/V reloads and the dQ hand-over run on from one item to the next; five
-  // query blocks a walk (odd: at D = 64 the consumers alternate blocks), both modes
+  // Full attention with more items (pairs x 128-key blocks) than an H100's or H200's 132 SMs: at
+  // D = 128 the persistent grid (BackwardPlan::main_ctas), each CTA taking two or three items, so the
+  // slots' and dS^T buffers' rings, the K/V reloads and the dQ hand-over run on from one item to the
+  // next; at D = 64 (a CTA per item) the same shape as the contrast; five query blocks a walk (odd:
+  // at D = 64 the consumers alternate blocks), both modes
   out.push_back({2, 50, 300, 300, 64, false, bhtd, DeltaSource::compensated, false, 1.0});
   out.push_back({1, 100, 260, 260, 128, false, bthd, DeltaSource::compensated, false, 1.0});
   out.push_back({2, 50, 300, 300, 128, false, bhtd, rounded, true, 1.0});
@@ -98,8 +99,9 @@ TEST(BackwardGpu, DeterministicModeIsBitwiseReproducibleOver50Runs) {
   }
 }
 
-// Deterministic mode on the persistent grid (full attention, 300 items on 132 SMs or so): a CTA's
-// later items wait on key blocks that other CTAs took in earlier rounds, never on a later one
+// Deterministic mode on the persistent grid (full attention, 300 items on 132 SMs or so; D = 128,
+// with D = 64's CTA per item beside it): a CTA's later items wait on key blocks that other CTAs took
+// in earlier rounds, never on a later one
 TEST(BackwardGpu, DeterministicModeOnThePersistentGridIsBitwiseReproducible) {
   SF_REQUIRE_GPU();
   for (int dim : {64, 128}) {
