@@ -1,0 +1,94 @@
+// Does compute-sanitizer racecheck model the two hand-overs the backward kernel reuses buffers under?
+// Warp 0 writes a shared buffer, warp 1 reads it, ten times over, each a correct hand-over:
+//   mode 0: mbarriers `full` (32 producer arrivals) and `empty` (32 consumer arrivals), phase parity
+//           waits (the backward's query slots and the lse / delta rows);
+//   mode 1: named barriers, each side arriving (bar.arrive) where the other syncs (bar.sync), as the
+//           backward's dq_full / dq_empty hand-over between a consumer and its reducing warp;
+//   mode 2: a plain __syncthreads before and after each read (the control: racecheck must stay quiet).
+// Build: nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a racecheck_handover.cu -o racecheck_handover
+// Run:   compute-sanitizer --tool racecheck ./racecheck_handover MODE   (MODE 0, 1 or 2)
+// The program checks its own sums, so a real race would also show as a wrong sum.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+__device__ __forceinline__ void mbar_init(std::uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(std::uint32_t bar) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred p;\n wait_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra wait_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bar_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
+__device__ __forceinline__ void bar_arrive(int id, int count) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
+
+constexpr int kRounds = 10;
+
+__global__ void handover(int mode, float* sums) {
+  __shared__ float buf[32];
+  __shared__ alignas(8) std::uint64_t bars[2];
+  const std::uint32_t full = static_cast<std::uint32_t>(__cvta_generic_to_shared(&bars[0]));
+  const std::uint32_t empty = full + 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    mbar_init(full, 32);
+    mbar_init(empty, 32);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  float sum = 0.0f;
+  for (int r = 0; r < kRounds; ++r) {
+    if (mode == 0) {
+      if (warp == 0) {
+        if (r > 0) mbar_wait(empty, (r - 1) & 1);
+        buf[lane] = float(r * 32 + lane);
+        mbar_arrive(full);
+      } else {
+        mbar_wait(full, r & 1);
+        sum += buf[31 - lane];
+        mbar_arrive(empty);
+      }
+    } else if (mode == 1) {
+      if (warp == 0) {
+        if (r > 0) bar_sync(2, 64);  // the reader is done with the last round
+        buf[lane] = float(r * 32 + lane);
+        bar_arrive(1, 64);
+      } else {
+        bar_sync(1, 64);
+        sum += buf[31 - lane];
+        if (r + 1 < kRounds) bar_arrive(2, 64);
+      }
+    } else {
+      if (warp == 0) buf[lane] = float(r * 32 + lane);
+      __syncthreads();
+      if (warp == 1) sum += buf[31 - lane];
+      __syncthreads();
+    }
+  }
+  if (warp == 1) sums[lane] = sum;
+}
+
+int main(int argc, char** argv) {
+  const int mode = argc > 1 ? std::atoi(argv[1]) : 0;
+  float* sums = nullptr;
+  cudaMalloc(&sums, 32 * sizeof(float));
+  handover<<<1, 64>>>(mode, sums);
+  float host[32];
+  if (cudaMemcpy(host, sums, sizeof(host), cudaMemcpyDeviceToHost) != cudaSuccess) {
+    std::printf("mode %d: CUDA error %s\n", mode, cudaGetErrorString(cudaGetLastError()));
+    return 2;
+  }
+  int wrong = 0;
+  for (int lane = 0; lane < 32; ++lane) {
+    float expect = 0.0f;
+    for (int r = 0; r < kRounds; ++r) expect += float(r * 32 + 31 - lane);
+    wrong += host[lane] != expect;
+  }
+  std::printf("mode %d: %d of 32 sums wrong\n", mode, wrong);
+  return wrong ? 1 : 0;
+}
