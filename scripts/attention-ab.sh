@@ -19,6 +19,9 @@
 #   AB_SHAPES="BxHxTxD:causal|full,..." replaces the shapes; AB_POLICY (default standard, the
 #   default attention's) and AB_DELTA (default compensated) the options; --lab also runs
 #   scripts/forward-lab.sh on that variant (FORWARD_LAB_SHAPES, FORWARD_LAB_VARIANTS as there).
+#   AB_TEST_LIMIT (default 180 s) bounds a variant's GPU test run (the suite takes about 40 s; a
+#   candidate that hangs fails there, naming the test that was running), as timeouts bound each
+#   byte comparison (60 s) and bench run (300 s).
 #   AB_TAG names this run's two output files (the table's and the log archive's names end in -TAG
 #   before their extensions), so that several runs in one device call (another δ source, other
 #   shapes) keep each other's results.
@@ -73,8 +76,7 @@ for v in "${variants[@]}"; do echo "$v: built from $(tr '\n' ' ' <"$AB/$v/built-
 
 for v in "${tests[@]}"; do
   echo "=== $v: GPU tests ($(date +%T))"
-  timeout 420 "$AB/$v"/attention_gpu_tests --gtest_brief=1 >"$OUT/ab-tests-$v.log" 2>&1 || { echo "GPU tests of $v failed"; status=1; }
-  grep -E "^\[  (PASSED|FAILED)|FAILED" "$OUT/ab-tests-$v.log" | tail -20
+  run_gtests "${AB_TEST_LIMIT:-180}" "$OUT/ab-tests-$v.log" "$AB/$v"/attention_gpu_tests || { echo "GPU tests of $v failed"; status=1; }
   small='*Tq17Tk17*:*Tq97Tk300*:*Tq300Tk97*:*Tq200Tk77*:*FullyMasked*:*Tq1Tk1*:*EventCounters*'  # device-check.sh's sanitizer cases
   for tool in memcheck racecheck; do
     timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$AB/$v"/attention_gpu_tests --gtest_filter="$small" \
@@ -106,7 +108,7 @@ PY
     shift 2
     rm -f "$OUT"/ab-bits-out-*.safetensors  # a failed run must not compare an earlier case's output
     for v in "${variants[@]}"; do
-      "$AB/$v"/stableflash attention "$OUT/ab-bits-$input.safetensors" -o "$OUT/ab-bits-out-$v.safetensors" --device cuda "$@" \
+      timeout 60 "$AB/$v"/stableflash attention "$OUT/ab-bits-$input.safetensors" -o "$OUT/ab-bits-out-$v.safetensors" --device cuda "$@" \
         >"$OUT/ab-bits-$v.log" 2>&1 || { echo "attention of $v failed ($label)"; status=1; }
     done
     for v in "${variants[@]:1}"; do
@@ -159,7 +161,7 @@ echo "=== bench, ${#variants[@]} variants alternating twice ($(date +%T))"
 files=()
 for round in 1 2; do
   for v in "${variants[@]}"; do
-    "$AB/$v"/stableflash bench attention --shapes "$shapes" --numerics fused --policy "${AB_POLICY:-standard}" \
+    timeout 300 "$AB/$v"/stableflash bench attention --shapes "$shapes" --numerics fused --policy "${AB_POLICY:-standard}" \
       --delta-source "${AB_DELTA:-compensated}" --windows 5 --no-check >"$OUT/ab-$v-$round.txt" 2>&1 ||
       { echo "bench of $v (round $round) failed"; status=1; }
   done

@@ -109,10 +109,7 @@ if [ $tests = 1 ]; then
   step "GPU tests"
   filter='*'
   [ $quick = 1 ] && filter='-*4097*'
-  timeout 420 "$BIN"/attention_gpu_tests --gtest_filter="$filter" --gtest_brief=1 >"$OUT/tests.log" 2>&1
-  rc=$?
-  grep -E "^\[  (PASSED|FAILED)|FAILED|tests ran" "$OUT/tests.log" | tail -40
-  [ $rc = 0 ] || { echo "GPU tests: exit $rc"; status=1; }
+  run_gtests 300 "$OUT/tests.log" "$BIN"/attention_gpu_tests --gtest_filter="$filter" || { echo "GPU tests: exit $?"; status=1; }
 fi
 
 if [ $sanitizer = 1 ]; then
@@ -330,10 +327,7 @@ fi
 if [ $train = 1 ] && [ $train_single = 1 ]; then
   for suite in model_gpu_tests optim_gpu_tests train_gpu_tests train_probes_gpu_tests; do
     step "GPU tests: $suite"
-    timeout 300 "$BIN/$suite" --gtest_brief=1 >"$OUT/$suite.log" 2>&1
-    rc=$?
-    grep -E "^\[  (PASSED|FAILED)|FAILED|tests ran|golden" "$OUT/$suite.log" | tail -30
-    [ $rc = 0 ] || { echo "$suite: exit $rc"; tail -30 "$OUT/$suite.log"; status=1; }
+    run_gtests 300 "$OUT/$suite.log" "$BIN/$suite" || { echo "$suite: exit $?"; tail -30 "$OUT/$suite.log"; status=1; }
   done
 
   if [ $train_bench = 1 ]; then

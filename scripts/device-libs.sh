@@ -12,6 +12,21 @@ use_device_libraries() {
   export LD_LIBRARY_PATH="$PWD/$bin:/usr/local/cuda/lib64${image_libs:+:$image_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
+# Runs a googletest program ("$@") for at most $1 seconds, its whole output in $2: without
+# --gtest_brief, so that the log has a line for every test started and a hang names its test (a
+# candidate kernel that deadlocks otherwise costs the whole limit and says nothing). Prints the
+# summary and failure lines, and on a timeout the test that was running. Returns the program's exit
+# status (124: it ran out of time).
+run_gtests() {
+  local limit=$1 log=$2 rc
+  shift 2
+  timeout "$limit" "$@" >"$log" 2>&1
+  rc=$?
+  grep -E "^\[  (PASSED|FAILED)|tests ran|golden" "$log" | tail -40
+  [ $rc = 124 ] && echo "timed out after $limit s in $(grep '^\[ RUN' "$log" | tail -1 | sed 's/^\[ RUN *\] //')"
+  return $rc
+}
+
 # Copies into $dest the shared libraries the programs link that the GPU image may lack (CUDA
 # runtime, toml++, pcre2, zstd, OpenMP); the C and C++ runtimes there are newer than ours and stay
 # the system's, and cuBLAS(Lt) and NCCL (hundreds of MB) come from the image (CUDA 13).
