@@ -1,12 +1,15 @@
 // Does compute-sanitizer racecheck model the two hand-overs the backward kernel reuses buffers under?
-// Warp 0 writes a shared buffer, warp 1 reads it, ten times over, each a correct hand-over:
+// Warp 0 writes a shared buffer, warp 1 reads it, ten times over, each a correct hand-over (a third
+// warp idles, so that named barriers cover part of the block, as in the kernels):
 //   mode 0: mbarriers `full` (32 producer arrivals) and `empty` (32 consumer arrivals), phase parity
 //           waits (the backward's query slots and the lse / delta rows);
 //   mode 1: named barriers, each side arriving (bar.arrive) where the other syncs (bar.sync), as the
 //           backward's dq_full / dq_empty hand-over between a consumer and its reducing warp;
-//   mode 2: a plain __syncthreads before and after each read (the control: racecheck must stay quiet).
+//   mode 2: a plain __syncthreads before and after each read (the control: racecheck must stay quiet);
+//   mode 3: bar.sync on a named barrier of the two warps only, before and after each read (a third
+//           warp of the block takes no part), as the deterministic dQ turns' consumer barrier.
 // Build: nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a racecheck_handover.cu -o racecheck_handover
-// Run:   compute-sanitizer --tool racecheck ./racecheck_handover MODE   (MODE 0, 1 or 2)
+// Run:   compute-sanitizer --tool racecheck ./racecheck_handover MODE   (MODE 0, 1, 2 or 3)
 // The program checks its own sums, so a real race would also show as a wrong sum.
 #include <cstdint>
 #include <cstdio>
@@ -43,6 +46,7 @@ __global__ void handover(int mode, float* sums) {
   __syncthreads();
   float sum = 0.0f;
   for (int r = 0; r < kRounds; ++r) {
+    if (warp == 2 && mode != 2) break;  // the idle warp
     if (mode == 0) {
       if (warp == 0) {
         if (r > 0) mbar_wait(empty, (r - 1) & 1);
@@ -63,11 +67,16 @@ __global__ void handover(int mode, float* sums) {
         sum += buf[31 - lane];
         if (r + 1 < kRounds) bar_arrive(2, 64);
       }
-    } else {
+    } else if (mode == 2) {
       if (warp == 0) buf[lane] = float(r * 32 + lane);
       __syncthreads();
       if (warp == 1) sum += buf[31 - lane];
       __syncthreads();
+    } else {
+      if (warp == 0) buf[lane] = float(r * 32 + lane);
+      bar_sync(3, 64);
+      if (warp == 1) sum += buf[31 - lane];
+      bar_sync(3, 64);
     }
   }
   if (warp == 1) sums[lane] = sum;
@@ -77,7 +86,7 @@ int main(int argc, char** argv) {
   const int mode = argc > 1 ? std::atoi(argv[1]) : 0;
   float* sums = nullptr;
   cudaMalloc(&sums, 32 * sizeof(float));
-  handover<<<1, 64>>>(mode, sums);
+  handover<<<1, 96>>>(mode, sums);  // warp 2 idles (but for mode 2's __syncthreads)
   float host[32];
   if (cudaMemcpy(host, sums, sizeof(host), cudaMemcpyDeviceToHost) != cudaSuccess) {
     std::printf("mode %d: CUDA error %s\n", mode, cudaGetErrorString(cudaGetLastError()));
