@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Kernel A/B in one device call: two or more builds of the attention (variants) timed alternately
-# by `stableflash bench attention` on the same shapes, twice round, with a table of each variant's
-# TFLOP/s and its ratio to the first; the GPU tests and compute-sanitizer memcheck / racecheck on
-# the variants asked for. The way every "Result (H200, one call, binaries alternating twice)" of
-# docs/benchmarks.md' kernel history is measured: within one call the machine is the same, and the
-# alternation shows the spread between runs next to the difference between variants.
+# by `stableflash bench attention` on the same shapes, twice round (the second in the reverse
+# order), with a table of each variant's TFLOP/s and its ratio to the first; the GPU tests and
+# compute-sanitizer memcheck / racecheck on the variants asked for. The way every "Result (H200,
+# one call, binaries alternating twice)" of docs/benchmarks.md' kernel history is measured: within
+# one call the machine is the same, and the alternation shows the spread between runs next to the
+# difference between variants (since 2026-12-05 the second round runs in the reverse order).
 #
 #   here (no GPU), after each build to compare:
 #     scripts/attention-ab.sh pack NAME        # .ab/NAME.tar.xz: stableflash, attention_gpu_tests,
@@ -157,10 +158,16 @@ fi
 # The benchmark shapes, the sweep's weakest and the persistent forward's corner cases (few tiles per
 # SM, T not a multiple of the tiles)
 shapes=${AB_SHAPES:-16x12x1024x64:causal,16x12x1024x64:full,8x16x4096x128:causal,2x16x16384x128:causal,1x8x4097x64:causal,1x8x4097x64:full,1x8x4097x128:causal,8x16x1000x128:full,2x16x2048x128:full,32x16x2048x64:causal,32x16x2048x128:causal,2x16x8192x64:full}
-echo "=== bench, ${#variants[@]} variants alternating twice ($(date +%T))"
+echo "=== bench, ${#variants[@]} variants alternating twice, the second round in reverse ($(date +%T))"
 files=()
 for round in 1 2; do
-  for v in "${variants[@]}"; do
+  # round 2 in the reverse order (A B, then B A): a drift over the call (clocks, temperature) or a
+  # place in the order that favours one run shows as the two rounds disagreeing, not as a difference
+  # between the variants (one shape of identical code read 0.95x for the third build in both rounds
+  # when the order repeated)
+  order=("${variants[@]}")
+  [ $round = 2 ] && for ((i = 0; i < ${#variants[@]}; i++)); do order[i]=${variants[${#variants[@]} - 1 - i]}; done
+  for v in "${order[@]}"; do
     timeout 300 "$AB/$v"/stableflash bench attention --shapes "$shapes" --numerics fused --policy "${AB_POLICY:-standard}" \
       --delta-source "${AB_DELTA:-compensated}" --windows 5 --no-check >"$OUT/ab-$v-$round.txt" 2>&1 ||
       { echo "bench of $v (round $round) failed"; status=1; }
