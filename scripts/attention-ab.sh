@@ -5,7 +5,7 @@
 # compute-sanitizer memcheck / racecheck on the variants asked for. The way every "Result (H200,
 # one call, binaries alternating twice)" of docs/benchmarks.md' kernel history is measured: within
 # one call the machine is the same, and the alternation shows the spread between runs next to the
-# difference between variants (since 2026-12-05 the second round runs in the reverse order).
+# difference between variants.
 #
 #   here (no GPU), after each build to compare:
 #     scripts/attention-ab.sh pack NAME        # .ab/NAME.tar.xz: stableflash, attention_gpu_tests,
@@ -78,9 +78,8 @@ for v in "${variants[@]}"; do echo "$v: built from $(tr '\n' ' ' <"$AB/$v/built-
 for v in "${tests[@]}"; do
   echo "=== $v: GPU tests ($(date +%T))"
   run_gtests "${AB_TEST_LIMIT:-180}" "$OUT/ab-tests-$v.log" "$AB/$v"/attention_gpu_tests || { echo "GPU tests of $v failed"; status=1; }
-  small='*Tq17Tk17*:*Tq97Tk300*:*Tq300Tk97*:*Tq200Tk77*:*FullyMasked*:*Tq1Tk1*:*EventCounters*'  # device-check.sh's sanitizer cases
   for tool in memcheck racecheck; do
-    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$AB/$v"/attention_gpu_tests --gtest_filter="$small" \
+    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$AB/$v"/attention_gpu_tests --gtest_filter="$SANITIZER_CASES" \
       --gtest_brief=1 >"$OUT/ab-$tool-$v.log" 2>&1 || { echo "compute-sanitizer $tool of $v failed"; status=1; }
     tail -1 "$OUT/ab-$tool-$v.log"
   done

@@ -113,10 +113,9 @@ if [ $tests = 1 ]; then
 fi
 
 if [ $sanitizer = 1 ]; then
-  small='*Tq17Tk17*:*Tq97Tk300*:*Tq300Tk97*:*Tq200Tk77*:*FullyMasked*:*Tq1Tk1*:*EventCounters*'
   for tool in memcheck racecheck; do
     step "compute-sanitizer $tool (small shapes)"
-    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN"/attention_gpu_tests --gtest_filter="$small" \
+    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN"/attention_gpu_tests --gtest_filter="$SANITIZER_CASES" \
       --gtest_brief=1 >"$OUT/sanitizer-$tool.log" 2>&1
     rc=$?
     tail -4 "$OUT/sanitizer-$tool.log"
