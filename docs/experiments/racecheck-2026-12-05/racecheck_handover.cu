@@ -7,9 +7,12 @@
 //           backward's dq_full / dq_empty hand-over between a consumer and its reducing warp;
 //   mode 2: a plain __syncthreads before and after each read (the control: racecheck must stay quiet);
 //   mode 3: bar.sync on a named barrier of the two warps only, before and after each read (a third
-//           warp of the block takes no part), as the deterministic dQ turns' consumer barrier.
+//           warp of the block takes no part), as the deterministic dQ turns' consumer barrier;
+//   mode 4: mode 0 with one arrival a warp (lane 0, barriers of count 1) right after the warp's
+//           lanes wrote or read, as the backward's consumers arrive on a slot's `free`;
+//   mode 5: mode 4 with __syncwarp() before lane 0 arrives (the lanes' accesses ordered before it).
 // Build: nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a racecheck_handover.cu -o racecheck_handover
-// Run:   compute-sanitizer --tool racecheck ./racecheck_handover MODE   (MODE 0, 1, 2 or 3)
+// Run:   compute-sanitizer --tool racecheck ./racecheck_handover MODE   (MODE 0 to 5)
 // The program checks its own sums, so a real race would also show as a wrong sum.
 #include <cstdint>
 #include <cstdio>
@@ -34,13 +37,16 @@ constexpr int kRounds = 10;
 
 __global__ void handover(int mode, float* sums) {
   __shared__ float buf[32];
-  __shared__ alignas(8) std::uint64_t bars[2];
+  __shared__ alignas(8) std::uint64_t bars[4];
   const std::uint32_t full = static_cast<std::uint32_t>(__cvta_generic_to_shared(&bars[0]));
   const std::uint32_t empty = full + 8;
+  const std::uint32_t full1 = full + 16, empty1 = full + 24;  // one arrival a phase (modes 4, 5)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     mbar_init(full, 32);
     mbar_init(empty, 32);
+    mbar_init(full1, 1);
+    mbar_init(empty1, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -66,6 +72,18 @@ __global__ void handover(int mode, float* sums) {
         bar_sync(1, 64);
         sum += buf[31 - lane];
         if (r + 1 < kRounds) bar_arrive(2, 64);
+      }
+    } else if (mode == 4 || mode == 5) {
+      if (warp == 0) {
+        if (r > 0) mbar_wait(empty1, (r - 1) & 1);
+        buf[lane] = float(r * 32 + lane);
+        if (mode == 5) __syncwarp();
+        if (lane == 0) mbar_arrive(full1);
+      } else {
+        mbar_wait(full1, r & 1);
+        sum += buf[31 - lane];
+        if (mode == 5) __syncwarp();
+        if (lane == 0) mbar_arrive(empty1);
       }
     } else if (mode == 2) {
       if (warp == 0) buf[lane] = float(r * 32 + lane);
