@@ -662,6 +662,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         const int slot = at.slot;
         const std::uint32_t s_q = s_q0 + slot * kTile, s_do = s_do0 + slot * kTile;
         mbar_wait(bars.full(slot), at.use & 1);
+        const std::uint32_t s_ds_buf = ds_buffer(i);
+
+        // The walk's first block on the causal diagonal, where no query of it sees this consumer's
+        // keys (consumer 1 where the block starts at the CTA's first key; consumer 0 always sees
+        // some): every P and dS is 0, so its dV, dK products add exact zeros and are left out. What
+        // stays is its dS^T tile for both consumers' dQ products (zeros) and the arrivals the other
+        // side counts on.
+        if constexpr (kFirst && !kDeltaInMain) {
+          if (causal && group_k0 > q0 + BQ - 1 + p.k_len - p.q_len) {
+            const std::uint32_t zeros[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+            for (int nq = 0; nq < NQ; nq += 2) store_ds_pair<DsTile>(s_ds_buf + cw * kDsTile, key_row, nq, zeros, lane);
+            fence_proxy_async_smem();
+            mbar_arrive(bars.ds_full((position + i) % Traits::kDsBuffers, cw));
+            if (lane == 0) mbar_arrive(bars.free(slot));
+            return;
+          }
+        }
 
         // ---- S^T = K Q^T and dP^T = V dO^T. Head dim 64: S^T in its own group, so that P is formed
         // while dP^T runs (+2-4% backward; at 128 it measured -2% to +1%, so there one group and P
@@ -684,7 +702,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         wgmma_wait<0>();
         fence_registers(dpt);
         if constexpr (kDeltaInMain) s_delta = exact_delta_of_block(i, st, dpt);
-        const std::uint32_t s_ds_buf = ds_buffer(i);
 #pragma unroll
         for (int nq = 0; nq < NQ; ++nq) {
           float dsv[4];
