@@ -14,8 +14,8 @@ use_device_libraries() {
 
 # The attention GPU tests that compute-sanitizer's memcheck and racecheck run (device-check.sh,
 # attention-ab.sh): small shapes, whose walks are too short to reuse a buffer from block to block
-# (on longer walks racecheck reports hazards not yet explained: docs/benchmarks.md, "Pending device
-# calls").
+# (on longer walks racecheck reports hazards, most of them hand-overs it does not model and 8 in the
+# deterministic dQ still open: docs/benchmarks.md, "The racecheck probe").
 SANITIZER_CASES='*Tq17Tk17*:*Tq97Tk300*:*Tq300Tk97*:*Tq200Tk77*:*FullyMasked*:*Tq1Tk1*:*EventCounters*'
 
 # Runs a googletest program ("$@") for at most $1 seconds, its whole output in $2: without
