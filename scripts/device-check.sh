@@ -42,6 +42,13 @@ if [ "${1:-}" = "pack" ]; then
   [ -f "$peers_src/torch_peers.py" ] ||
     { echo "pack: $peers_src/torch_peers.py is missing (the PyTorch peer script; STABLEFLASH_PEERS_SRC names its folder)" >&2; exit 1; }
   mkdir -p "$BIN" "$PEERS"
+  # Build first: a pack of stale binaries measures an older tree under the current commit's name. The
+  # wheel is rebuilt from the same build (the sweep's --interleaved protocol runs ours through it; a
+  # wheel packed earlier once carried older kernels than the binaries beside it).
+  ninja -C build-cuda -j "${STABLEFLASH_JOBS:-$(nproc)}" >/dev/null ||
+    { echo "pack: the build in build-cuda failed (ninja -C build-cuda)" >&2; exit 1; }
+  STABLEFLASH_JOBS=${STABLEFLASH_JOBS:-$(nproc)} scripts/build-wheel.sh >/dev/null ||
+    { echo "pack: scripts/build-wheel.sh failed" >&2; exit 1; }
   bins="build-cuda/stableflash build-cuda/kernel_lab build-cuda/gemm_lab build-cuda/launch_gap build-cuda/ce_lab build-cuda/tests/attention_gpu/attention_gpu_tests build-cuda/tests/model_gpu/model_gpu_tests
         build-cuda/tests/optim_gpu/optim_gpu_tests build-cuda/tests/train_gpu/train_gpu_tests build-cuda/tests/train_gpu/train_probes_gpu_tests"
   cp $bins "$BIN"/
@@ -50,11 +57,7 @@ if [ "${1:-}" = "pack" ]; then
   cp "$peers_src"/*.py "$PEERS"/ || { echo "pack: cannot copy the peer scripts to $PEERS" >&2; exit 1; }
   # the Python wheel travels in the same archive (scripts/build-wheel.sh builds it)
   rm -f "$BIN"/stableflash-*.whl
-  if ls build-cuda/wheel/stableflash-*.whl >/dev/null 2>&1; then
-    cp build-cuda/wheel/stableflash-*.whl "$BIN"/
-  else
-    echo "note: no wheel in build-cuda/wheel (scripts/build-wheel.sh); the --python part will have nothing to install" >&2
-  fi
+  cp build-cuda/wheel/stableflash-*.whl "$BIN"/
   # The commit the binaries were built from (the GPU machine's copy of the repository may carry an
   # older history): what device.txt and the sweep's table name
   git rev-parse HEAD >"$BIN/built-from.txt" 2>/dev/null || echo unknown >"$BIN/built-from.txt"
