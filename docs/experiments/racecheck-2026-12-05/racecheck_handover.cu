@@ -11,8 +11,13 @@
 //   mode 4: mode 0 with one arrival a warp (lane 0, barriers of count 1) right after the warp's
 //           lanes wrote or read, as the backward's consumers arrive on a slot's `free`;
 //   mode 5: mode 4 with __syncwarp() before lane 0 arrives (the lanes' accesses ordered before it).
+//   mode 6: mode 3 after a stagger on another named barrier (warp 0 bar.arrive, warp 1 bar.sync, once
+//           at the start), as the D = 128 backward's consumers start (kStagger) before the
+//           deterministic dQ's hand-overs on their shared barrier (thirty-third session);
+//   mode 7: mode 6 with the dQ pattern itself: each warp writes its half of the buffer, both read
+//           all of it between two bar.sync of the pair (store_dq_part, then the key-block-order adds).
 // Build: nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a racecheck_handover.cu -o racecheck_handover
-// Run:   compute-sanitizer --tool racecheck ./racecheck_handover MODE   (MODE 0 to 5)
+// Run:   compute-sanitizer --tool racecheck ./racecheck_handover MODE   (MODE 0 to 7)
 // The program checks its own sums, so a real race would also show as a wrong sum.
 #include <cstdint>
 #include <cstdio>
@@ -53,6 +58,10 @@ __global__ void handover(int mode, float* sums) {
   float sum = 0.0f;
   for (int r = 0; r < kRounds; ++r) {
     if (warp == 2 && mode != 2) break;  // the idle warp
+    if ((mode == 6 || mode == 7) && r == 0) {  // the stagger: warp 1 starts after warp 0 arrives
+      if (warp == 0) bar_arrive(4, 64);
+      else bar_sync(4, 64);
+    }
     if (mode == 0) {
       if (warp == 0) {
         if (r > 0) mbar_wait(empty, (r - 1) & 1);
@@ -90,7 +99,12 @@ __global__ void handover(int mode, float* sums) {
       __syncthreads();
       if (warp == 1) sum += buf[31 - lane];
       __syncthreads();
-    } else {
+    } else if (mode == 7) {
+      if (lane < 16) buf[warp * 16 + lane] = float(r * 32 + warp * 16 + lane);  // each warp its half
+      bar_sync(3, 64);
+      sum += buf[31 - lane];  // both warps read all of it (warp 1's sums are checked)
+      bar_sync(3, 64);
+    } else {  // modes 3 and 6
       if (warp == 0) buf[lane] = float(r * 32 + lane);
       bar_sync(3, 64);
       if (warp == 1) sum += buf[31 - lane];
