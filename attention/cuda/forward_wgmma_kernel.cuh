@@ -197,11 +197,13 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
       for (int u = 0; u < U; ++u) {
         const int j = U * i + u;
         if (u > 0 && j == total) break;
-        if (kHalfSteps && j == half_step) {
-          pipelined_step<D, BK, BK / 2, kPow2>(p, rows, feed, j, true, min_last, t, s_q, pa);
-        } else {
-          pipelined_step<D, BK, BK, kPow2>(p, rows, feed, j, j == total - 1, min_last, t, s_q, pa);
+        if constexpr (kHalfSteps) {
+          if (j == half_step) {
+            pipelined_step<D, BK, BK / 2, kPow2>(p, rows, feed, j, true, min_last, t, s_q, pa);
+            continue;
+          }
         }
+        pipelined_step<D, BK, BK, kPow2>(p, rows, feed, j, j == total - 1, min_last, t, s_q, pa);
       }
     }
   };
@@ -217,14 +219,20 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
   if (total > 0) {
     const int j = total - 1;
     feed.wait_v(j);
-    wgmma_fence();
+    // The last P V over the step's keys (N: BK, or BK / 2 after a half step), issued and waited for
+    // within one branch: a product in flight across the branches' join made ptxas inject fences (C7519).
+    const auto last_pv = [&](auto keys) {
+      constexpr int N = decltype(keys)::value;
+      wgmma_fence();
+      issue_pv<D, N, BK>(rows.softmax.acc[0], reinterpret_cast<const std::uint32_t(&)[N / 16][4]>(pa[0]), feed.v(j));
+      wgmma_commit();
+      wgmma_wait<0>();
+    };
     if (kHalfSteps && j == half_step) {
-      issue_pv<D, BK / 2, BK>(rows.softmax.acc[0], reinterpret_cast<const std::uint32_t(&)[BK / 32][4]>(pa[0]), feed.v(j));
+      last_pv(std::integral_constant<int, BK / 2>{});
     } else {
-      issue_pv<D, BK>(rows.softmax.acc[0], pa[0], feed.v(j));
+      last_pv(std::integral_constant<int, BK>{});
     }
-    wgmma_commit();
-    wgmma_wait<0>();
     fence_registers(rows.softmax.acc[0]);
     feed.release_v(j);  // a persistent feed reuses the stage for the next tile
   }
