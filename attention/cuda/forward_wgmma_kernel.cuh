@@ -185,8 +185,9 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
   if (total == 0) feed.release_q();  // reads no Q (a walk with steps hands it back at its last S)
   std::uint32_t pa[1][BK / 16][4];  // BF16(P-bar) of the previous step
   // Half steps where BK = 128 (the warp-specialized kernels): 64-key products are the narrowest
-  // the SW128 tiles take without another layout.
-  constexpr bool kHalfSteps = BK == 128;
+  // the SW128 tiles take without another layout. Head dim 64 only: at 128 the added step code cost
+  // its long and full shapes 1-2% where no half step runs (H100, docs/benchmarks.md).
+  constexpr bool kHalfSteps = BK == 128 && D == 64;
   const int half_step = kHalfSteps && total > 0 && max_last < (total - 1) * BK + BK / 2 ? total - 1 : -1;
   const auto steps = [&](auto pow2_scale) {
     constexpr bool kPow2 = decltype(pow2_scale)::value;
