@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -78,12 +79,14 @@ int run_attention_bench(const AttentionBenchConfig& c, const attention::cuda::Ke
   const auto numerics = parse_list(c.numerics, parse_numerics, "--numerics", "fused, paper");
   const auto policies = parse_list(c.policies, parse_shift_policy, "--policy", valid_names_shift_policy());
   const auto deltas = parse_list(c.delta_sources, parse_delta_source, "--delta-source", valid_names_delta_source());
+  const std::optional<Normalizer> normalizer = parse_normalizer(c.normalizer);
+  if (!normalizer) throw std::invalid_argument("--normalizer: expected " + valid_names_normalizer() + ", got '" + c.normalizer + "'");
 
   std::FILE* json = nullptr;
   if (!c.json.empty() && !(json = std::fopen(c.json.c_str(), "w"))) throw std::runtime_error("--json " + c.json + ": cannot open for writing: " + std::strerror(errno));
   const std::string device = cuda::device_name();
-  std::printf("stableflash bench attention on %s (median over %d windows of back-to-back calls, >= %.0f ms each)\n",
-              device.c_str(), c.windows, c.min_window_ms);
+  std::printf("stableflash bench attention on %s (median over %d windows of back-to-back calls, >= %.0f ms each; normalizer %s)\n",
+              device.c_str(), c.windows, c.min_window_ms, c.normalizer.c_str());
   std::printf("%-22s %-7s %-6s %-14s %-11s %9s %9s %9s %9s  %s\n", "shape (B,H,T,D)", "mask", "num", "policy", "delta",
               "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s", "oracle check");
   std::map<std::string, bool> checked;  // small-input checks, once per configuration
@@ -93,7 +96,7 @@ int run_attention_bench(const AttentionBenchConfig& c, const attention::cuda::Ke
       for (ShiftPolicy pol : policies)
         for (DeltaSource ds : deltas) {
           AttentionOptions opt;
-          opt.device = Device::cuda, opt.numerics = n, opt.policy = pol, opt.delta_source = ds;
+          opt.device = Device::cuda, opt.numerics = n, opt.policy = pol, opt.delta_source = ds, opt.normalizer = *normalizer;
           opt.causal = b.causal, opt.deterministic = c.deterministic;
           std::string check = "skipped";
           if (!c.no_check) {
@@ -121,13 +124,13 @@ int run_attention_bench(const AttentionBenchConfig& c, const attention::cuda::Ke
           if (json)
             std::fprintf(json,
                          "{\"B\": %d, \"H\": %d, \"Hkv\": %d, \"T\": %d, \"D\": %d, \"causal\": %s, \"layout\": \"%s\", \"numerics\": \"%s\", "
-                         "\"policy\": \"%s\", \"delta_source\": \"%s\", \"deterministic\": %s, \"fwd_ms\": %.6f, "
+                         "\"policy\": \"%s\", \"delta_source\": \"%s\", \"normalizer\": \"%s\", \"deterministic\": %s, \"fwd_ms\": %.6f, "
                          "\"bwd_ms\": %.6f, \"fwd_tflops\": %.3f, \"bwd_tflops\": %.3f, \"check\": \"%s\", \"device\": \"%s\", "
                          "\"method\": \"median over windows of back-to-back calls\"}\n",
                          b.shape.batch, b.shape.heads, b.shape.resolved_kv_heads(), b.shape.q_len, b.shape.head_dim,
                          b.causal ? "true" : "false",
                          c.layout.c_str(), std::string(to_string(n)).c_str(), std::string(to_string(pol)).c_str(),
-                         std::string(to_string(ds)).c_str(), c.deterministic ? "true" : "false", t.fwd_ms, t.bwd_ms, fwd_tf,
+                         std::string(to_string(ds)).c_str(), c.normalizer.c_str(), c.deterministic ? "true" : "false", t.fwd_ms, t.bwd_ms, fwd_tf,
                          bwd_tf, check.c_str(), device.c_str());
         }
   if (json) std::fclose(json);
@@ -142,6 +145,7 @@ void add_attention_bench_flags(CLI::App* app, AttentionBenchConfig& c) {
   app->add_option("--numerics", c.numerics, "Comma-separated: fused, paper")->capture_default_str();
   app->add_option("--policy", c.policies, "Comma-separated shift policies: " + valid_names_shift_policy())->capture_default_str();
   app->add_option("--delta-source", c.delta_sources, "Comma-separated: " + valid_names_delta_source())->capture_default_str();
+  app->add_option("--normalizer", c.normalizer, "fused: the row sums' terms, " + valid_names_normalizer())->capture_default_str();
   app->add_option("--layout", c.layout, "bhtd or bthd")->capture_default_str();
   app->add_flag("--deterministic", c.deterministic, "Deterministic backward (ordered dQ accumulation)");
   app->add_option("--warmup", c.warmup_s, "Warm-up seconds per measurement")->capture_default_str();

@@ -17,6 +17,7 @@ struct AttentionBenchConfig {
   std::string shapes =
       "16x12x1024x64:causal,16x12x1024x64:full,8x16x4096x128:causal,2x16x16384x128:causal,2x64x4096x128:causal:kv8";
   std::string numerics = "fused", policies = "standard", delta_sources = "rounded", layout = "bhtd", json;
+  std::string normalizer = "fp32";  // fused: the row sums' terms (one for the whole run)
   double warmup_s = 0.3, min_window_ms = 20.0;
   int windows = 7, check_len = 333;
   bool no_check = false, deterministic = false;
