@@ -3,11 +3,12 @@
 // CUDA events), after checking each configuration against the CPU oracle on a small input.
 #include "bench_attention.hpp"
 
+#include "stableflash/attention/option_text.hpp"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -79,8 +80,10 @@ int run_attention_bench(const AttentionBenchConfig& c, const attention::cuda::Ke
   const auto numerics = parse_list(c.numerics, parse_numerics, "--numerics", "fused, paper");
   const auto policies = parse_list(c.policies, parse_shift_policy, "--policy", valid_names_shift_policy());
   const auto deltas = parse_list(c.delta_sources, parse_delta_source, "--delta-source", valid_names_delta_source());
-  const std::optional<Normalizer> normalizer = parse_normalizer(c.normalizer);
-  if (!normalizer) throw std::invalid_argument("--normalizer: expected " + valid_names_normalizer() + ", got '" + c.normalizer + "'");
+  // the knobs one value covers for the whole run, through the library's one text parser
+  AttentionOptions run_options;
+  run_options.device = Device::cuda, run_options.deterministic = c.deterministic;
+  set_option(run_options, "normalizer", c.normalizer, "--normalizer");
 
   std::FILE* json = nullptr;
   if (!c.json.empty() && !(json = std::fopen(c.json.c_str(), "w"))) throw std::runtime_error("--json " + c.json + ": cannot open for writing: " + std::strerror(errno));
@@ -95,9 +98,8 @@ int run_attention_bench(const AttentionBenchConfig& c, const attention::cuda::Ke
     for (Numerics n : numerics)
       for (ShiftPolicy pol : policies)
         for (DeltaSource ds : deltas) {
-          AttentionOptions opt;
-          opt.device = Device::cuda, opt.numerics = n, opt.policy = pol, opt.delta_source = ds, opt.normalizer = *normalizer;
-          opt.causal = b.causal, opt.deterministic = c.deterministic;
+          AttentionOptions opt = run_options;
+          opt.numerics = n, opt.policy = pol, opt.delta_source = ds, opt.causal = b.causal;
           std::string check = "skipped";
           if (!c.no_check) {
             const std::string key = std::to_string(b.shape.head_dim) + (b.causal ? "c" : "f") + std::string(to_string(n)) +
