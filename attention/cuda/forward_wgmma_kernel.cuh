@@ -28,11 +28,13 @@
 
 namespace stableflash::attention::cuda {
 
-// acc += BF16(P-bar) V over N keys: A from registers, V MN-major (keys step 2048 bytes per k16;
-// the 64-wide d blocks are a block of N rows apart). Issued, not waited for.
-template <int D, int N>
+// acc += BF16(P-bar) V over the first N keys of a V tile of kTileRows: A from registers, V MN-major
+// (keys step 2048 bytes per k16; the 64-wide d blocks are a block of kTileRows rows apart). Issued,
+// not waited for.
+template <int D, int N, int kTileRows = N>
 __device__ __forceinline__ void issue_pv(float (&acc)[D / 8][4], const std::uint32_t (&pa)[N / 16][4], std::uint32_t s_v) {
-  const Sw128Desc v(s_v, WgmmaTile<N, D>::kBlockBytes, 1024);
+  static_assert(N <= kTileRows);
+  const Sw128Desc v(s_v, WgmmaTile<kTileRows, D>::kBlockBytes, 1024);
 #pragma unroll
   for (int kk = 0; kk < N / 16; ++kk) wgmma_pv<D>(acc, pa[kk], v.at(kk * 2048));
 }
@@ -98,9 +100,14 @@ struct SelfFeed {
 // waits for that product. P-bar stays FP32 in sc until P_(j-1) V_(j-1) has landed and is packed
 // into pa then, so only one set of A fragments is live. K_j is handed back once S_j has landed,
 // V_(j-1) once P_(j-1) V_(j-1) has, and Q once the walk's last S has (last: j is the last step).
-template <int D, int BK, bool kPow2Scale, class Rows, class Feed>
+// kKeys: the keys the step computes, BK or, for a walk's last step whose second half no row of the
+// warpgroup sees (the causal diagonal, a sequence's last keys), its first BK / 2: the products
+// and the softmax of masked keys give exact zeros (P-bar = 0, l + 0 = l, acc + 0 V = acc), so
+// leaving them out changes no bit.
+template <int D, int BK, int kKeys, bool kPow2Scale, class Rows, class Feed>
 __device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& rows, const Feed& feed, int j, bool last, int min_last,
                                                int t, std::uint32_t s_q, std::uint32_t (&pa)[1][BK / 16][4]) {
+  static_assert(kKeys == BK || kKeys == BK / 2);
   const int key0 = j * BK;
   feed.mark(StepMark::begin, j);
   feed.begin_step(j);
@@ -108,9 +115,9 @@ __device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& row
   feed.mark(StepMark::k_ready, j);
   feed.take_turn();  // several consumers of one CTA issue their products in turns
   feed.mark(StepMark::turn_taken, j);
-  float sc[1][BK / 8][4];
+  float sc[1][kKeys / 8][4];
   wgmma_fence();
-  issue_scores<D, BK>(sc[0], s_q, feed.k(j));
+  issue_scores<D, kKeys, BK>(sc[0], s_q, feed.k(j));
   wgmma_commit();
   if (j > 0) {
     feed.wait_v(j - 1);
@@ -132,7 +139,7 @@ __device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& row
   feed.mark(StepMark::s_landed, j);
   feed.release_k(j);
   if (last) feed.release_q();
-  mode_scores_and_mask<false, BK>(sc, p.scale, key0, min_last, t, rows.last);
+  mode_scores_and_mask<false, kKeys>(sc, p.scale, key0, min_last, t, rows.last);
   float c[1][2];
   rows.template start_unit<true>(p, sc, KeyStep{key0, 0, 1, true, false}, c);
   rows.template exponentiate<kPow2Scale>(p, sc);
@@ -146,7 +153,7 @@ __device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& row
   // skipping the D / 2 multiplies changes no bit. Long rows stop moving their maximum after a
   // few steps, so most steps skip it.
   if (__any_sync(0xffffffffu, c[0][0] != 1.0f || c[0][1] != 1.0f)) rows.softmax.rescale_acc(c);
-  Rows::pack_operands(sc, pa);
+  Rows::pack_operands(sc, reinterpret_cast<std::uint32_t(&)[1][kKeys / 16][4]>(pa));  // a half step: pa's first half
   feed.mark(StepMark::end, j);
   feed.end_step();
 }
@@ -164,9 +171,11 @@ __device__ constexpr int steps_per_iteration() {
   }
 }
 
+// max_last: the largest last visible key of the walking warpgroup's rows. Where it falls in the
+// first half of the last step (BK = 128 only), that step is a half step (pipelined_step's kKeys).
 template <int D, int BK, class Rows, class Feed>
 __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, Rows& rows, const Feed& feed, int total,
-                                                       int min_last, int t, std::uint32_t s_q) {
+                                                       int min_last, int max_last, int t, std::uint32_t s_q) {
   // Counting runs walk in numerics tiles (cta_keys), never here: telling the compiler lets it drop
   // the counters' code from the loop (2-3% of its instructions with a policy that can fall back).
   __builtin_assume(rows.events.records == nullptr);
@@ -175,7 +184,13 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
   feed.start();
   if (total == 0) feed.release_q();  // reads no Q (a walk with steps hands it back at its last S)
   std::uint32_t pa[1][BK / 16][4];  // BF16(P-bar) of the previous step
+  // Half steps where BK = 128 (the warp-specialized kernels): 64-key products are the narrowest
+  // the SW128 tiles take without another layout. Head dim 64 only: at 128 the added step code cost
+  // its long and full shapes 1-2% where no half step runs (H100, docs/benchmarks.md).
+  constexpr bool kHalfSteps = BK == 128 && D == 64;
+  const int half_step = kHalfSteps && total > 0 && max_last < (total - 1) * BK + BK / 2 ? total - 1 : -1;
   const auto steps = [&](auto pow2_scale) {
+    constexpr bool kPow2 = decltype(pow2_scale)::value;
     // j = U i + u: the compiler sees j % U = u from the known low bits of U i (an assumption about
     // j itself did not reach the backend, which merged the copies back into one).
     for (int i = 0; U * i < total; ++i) {
@@ -183,7 +198,13 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
       for (int u = 0; u < U; ++u) {
         const int j = U * i + u;
         if (u > 0 && j == total) break;
-        pipelined_step<D, BK, decltype(pow2_scale)::value>(p, rows, feed, j, j == total - 1, min_last, t, s_q, pa);
+        if constexpr (kHalfSteps) {
+          if (j == half_step) {
+            pipelined_step<D, BK, BK / 2, kPow2>(p, rows, feed, j, true, min_last, t, s_q, pa);
+            continue;
+          }
+        }
+        pipelined_step<D, BK, BK, kPow2>(p, rows, feed, j, j == total - 1, min_last, t, s_q, pa);
       }
     }
   };
@@ -199,10 +220,20 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
   if (total > 0) {
     const int j = total - 1;
     feed.wait_v(j);
-    wgmma_fence();
-    issue_pv<D, BK>(rows.softmax.acc[0], pa[0], feed.v(j));
-    wgmma_commit();
-    wgmma_wait<0>();
+    // The last P V over the step's keys (N: BK, or BK / 2 after a half step), issued and waited for
+    // within one branch: a product in flight across the branches' join made ptxas inject fences (C7519).
+    const auto last_pv = [&](auto keys) {
+      constexpr int N = decltype(keys)::value;
+      wgmma_fence();
+      issue_pv<D, N, BK>(rows.softmax.acc[0], reinterpret_cast<const std::uint32_t(&)[N / 16][4]>(pa[0]), feed.v(j));
+      wgmma_commit();
+      wgmma_wait<0>();
+    };
+    if (kHalfSteps && j == half_step) {
+      last_pv(std::integral_constant<int, BK / 2>{});
+    } else {
+      last_pv(std::integral_constant<int, BK>{});
+    }
     fence_registers(rows.softmax.acc[0]);
     feed.release_v(j);  // a persistent feed reuses the stage for the next tile
   }
@@ -326,7 +357,7 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocks) attentio
       constexpr int BKF = Traits::kFastBlockK;
       const int steps = (n_keys + BKF - 1) / BKF;
       const SelfFeed<D, BKF, Traits::kSmemKV> feed{p, m0, h, kv_h, b, steps, s_q, s_k0, s_v0, bars};
-      forward_pipelined_walk<D, BKF>(p, rows, feed, steps, min_last, t, s_q);
+      forward_pipelined_walk<D, BKF>(p, rows, feed, steps, min_last, n_keys - 1, t, s_q);
       finish(rows);
       return;
     }

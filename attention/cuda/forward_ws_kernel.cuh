@@ -352,7 +352,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
     const int m0 = handed.m0, h = handed.h, b = handed.b, m0c = m0 + 64 * c;
     const int own = steps_of_rows<64, Traits>(p, m0c);
     Rows rows(p, nullptr, nullptr, b, h, m0c + warp * 16 + lane / 4, warp * 16 + lane / 4);
-    forward_pipelined_walk<D, BK>(p, rows, tile_feed, own, last_key(m0c, p.q_len, p.k_len, p.causal != 0), t, s_qc);
+    // the keys of the consumer's first and last row (past Tq: of row Tq - 1)
+    const int min_last = last_key(m0c, p.q_len, p.k_len, p.causal != 0);
+    const int max_last = last_key(min(m0c + 63, p.q_len - 1), p.q_len, p.k_len, p.causal != 0);
+    forward_pipelined_walk<D, BK>(p, rows, tile_feed, own, min_last, max_last, t, s_qc);
     // The tile's steps past this consumer's rows, handed back once landed (an arrival before the
     // copy landed could count towards the stage's previous use and free it early).
     // Their turns are taken and passed on too: the turns go round the consumers once per step.

@@ -31,14 +31,16 @@ __device__ __forceinline__ void load_tile(const CUtensorMap* map, std::uint32_t 
 }
 
 // C = A B^T for the warpgroup's 64 rows of A and N rows of B (c[nj]: B rows 8 nj ..), e.g. S = Q K^T;
-// both tiles K-major, so step kk is 32 bytes into a 64-column block. Issued, not waited for.
-template <int D, int N>
+// both tiles K-major, so step kk is 32 bytes into a 64-column block. B is the first N rows of a
+// tile of kTileRows (its 64-column blocks kTileRows rows apart). Issued, not waited for.
+template <int D, int N, int kTileRows = N>
 __device__ __forceinline__ void issue_scores(float (&c)[N / 8][4], std::uint32_t s_a, std::uint32_t s_b) {
+  static_assert(N <= kTileRows);
   const Sw128Desc a(s_a, 16, 1024), bt(s_b, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const std::uint32_t a_off = (kk / 4) * WgmmaTile<64, D>::kBlockBytes + (kk % 4) * 32;
-    const std::uint32_t b_off = (kk / 4) * WgmmaTile<N, D>::kBlockBytes + (kk % 4) * 32;
+    const std::uint32_t b_off = (kk / 4) * WgmmaTile<kTileRows, D>::kBlockBytes + (kk % 4) * 32;
     wgmma_ss<N>(c, a.at(a_off), bt.at(b_off), kk > 0);
   }
 }
