@@ -84,12 +84,13 @@ int run_attention_bench(const AttentionBenchConfig& c, const attention::cuda::Ke
   AttentionOptions run_options;
   run_options.device = Device::cuda, run_options.deterministic = c.deterministic;
   set_option(run_options, "normalizer", c.normalizer, "--normalizer");
+  const std::string normalizer(to_string(run_options.normalizer));  // what runs, as the records name it
 
   std::FILE* json = nullptr;
   if (!c.json.empty() && !(json = std::fopen(c.json.c_str(), "w"))) throw std::runtime_error("--json " + c.json + ": cannot open for writing: " + std::strerror(errno));
   const std::string device = cuda::device_name();
   std::printf("stableflash bench attention on %s (median over %d windows of back-to-back calls, >= %.0f ms each; normalizer %s)\n",
-              device.c_str(), c.windows, c.min_window_ms, c.normalizer.c_str());
+              device.c_str(), c.windows, c.min_window_ms, normalizer.c_str());
   std::printf("%-22s %-7s %-6s %-14s %-11s %9s %9s %9s %9s  %s\n", "shape (B,H,T,D)", "mask", "num", "policy", "delta",
               "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s", "oracle check");
   std::map<std::string, bool> checked;  // small-input checks, once per configuration
@@ -132,7 +133,7 @@ int run_attention_bench(const AttentionBenchConfig& c, const attention::cuda::Ke
                          b.shape.batch, b.shape.heads, b.shape.resolved_kv_heads(), b.shape.q_len, b.shape.head_dim,
                          b.causal ? "true" : "false",
                          c.layout.c_str(), std::string(to_string(n)).c_str(), std::string(to_string(pol)).c_str(),
-                         std::string(to_string(ds)).c_str(), c.normalizer.c_str(), c.deterministic ? "true" : "false", t.fwd_ms, t.bwd_ms, fwd_tf,
+                         std::string(to_string(ds)).c_str(), normalizer.c_str(), c.deterministic ? "true" : "false", t.fwd_ms, t.bwd_ms, fwd_tf,
                          bwd_tf, check.c_str(), device.c_str());
         }
   if (json) std::fclose(json);
