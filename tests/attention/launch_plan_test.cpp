@@ -162,7 +162,7 @@ TEST(LaunchPlan, TwoConsumersAtHeadDim64OnlyWhereThreeLeaveARoundIdle) {
            // head dim 128 has two consumers only
            ConsumerCase{{1, 8, 4097, 4097, 128}, 2},
            ConsumerCase{{2, 16, 8192, 8192, 128}, 2}}) {
-    EXPECT_EQ(ws_consumers_for(c.shape, 132), c.consumers) << c.shape.batch << "," << c.shape.heads << "," << c.shape.q_len << ","
+    EXPECT_EQ(ws_consumers_for(c.shape, false, 132), c.consumers) << c.shape.batch << "," << c.shape.heads << "," << c.shape.q_len << ","
                                                           << c.shape.head_dim;
   }
   AttentionOptions opt;
