@@ -209,10 +209,16 @@ bool takes_warp_specialized_forward(const AttentionShape& s, bool causal, int sm
   return mean_visible_keys(s, causal) >= kWsMinMeanCausalKeys;
 }
 
+// Grids too small for the 128- or 192-row tiles to fill the SMs: 64-row tiles of one consumer each
+// spread the rows over twice or three times the SMs. Measured (H100, kernel_lab and A/B against
+// main, B·H 8-32, T 256-8192; docs/benchmarks.md, "One consumer on small grids"): where the 64-row
+// blocks fit one an SM, forward +20-34% from 1,024 keys on (1,1,8192,128 full 437 against 337
+// TFLOP/s, 1,8,1024,64 causal +24%), +5-26% at 256-512 keys; past that, full attention's equal
+// tiles lose a second round (1,8,2048,128: 256 blocks, 399 against 525), while causal tiles,
+// unequal and taken heaviest first, still gain up to two an SM (1,8,2048: +8% at both head dims).
 bool spreads_rows_over_sms(const AttentionShape& s, bool causal, int sms) {
-  constexpr int kSpreadMaxKeysFull = 1024, kSpreadMaxKeysCausal = 512;
   const double row_blocks = double(s.batch) * s.heads * blocks(s.q_len, 64);
-  return row_blocks <= sms && s.k_len <= (causal ? kSpreadMaxKeysCausal : kSpreadMaxKeysFull);
+  return row_blocks <= (causal ? 2.0 : 1.0) * sms;
 }
 
 int ws_consumers_for(const AttentionShape& s, bool causal, int sms) {

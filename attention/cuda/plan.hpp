@@ -76,7 +76,7 @@ struct ForwardPlan {
 // CTAs, where three would leave most of a round idle (plan.cpp says how it is counted).
 int ws_consumers_for(const AttentionShape& shape, bool causal, int sms);
 // Grids too small for 128-row tiles to fill the SMs, whose 64-row tiles (one consumer) spread over
-// them instead (ws_consumers_for).
+// them instead (ws_consumers_for): at most one 64-row block an SM, two where causal.
 bool spreads_rows_over_sms(const AttentionShape& shape, bool causal, int sms);
 
 // The plan of a call whose arguments passed cuda::check_supported_args.

@@ -71,9 +71,12 @@ std::vector<FwdCase> fused_cases() {
   out.push_back({1, 1, 4097, 4097, 64, false, bhtd, standard, 1.0});
   // D = 64 causal rows of >= 384 keys on average: the warp-specialized kernel (plan_forward; full
   // attention takes it past 128 keys, as the shapes above do, and causal ones from 1,000 rows on);
-  // its causal tiles end at the sequence's end, the first one partial (4,097 rows: 64 rows before
-  // row 0 in no consumer's hands)
+  // one consumer on grids as small as these (ws_consumers_for)
   out.push_back({1, 1, 4097, 4097, 64, true, bhtd, standard, 1.0});
+  // causal tiles of several consumers end at the sequence's end, the first one partial: 1,025 rows
+  // leave 64 rows before row 0 in no consumer's hands; 2 x 8 heads of 17 row blocks (272, past two
+  // an SM) take two consumers at D = 128 and three at D = 64
+  for (int d : {64, 128}) out.push_back({2, 8, 1025, 1025, d, true, bthd, ShiftPolicy::hashed_offset, 1.0});
   out.push_back({1, 2, 300, 4097, 64, true, bthd, ShiftPolicy::hashed_offset, 1.0});
   out.push_back({2, 1, 2100, 2100, 64, false, bthd, ShiftPolicy::fixed_offset, 5.0});
   // more tiles than an H200 has SMs (132: 140 and 288 tiles): persistent CTAs take several tiles
