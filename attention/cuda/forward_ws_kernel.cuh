@@ -10,7 +10,8 @@
 // no tile-wide tie count) where the plan picks it (takes_warp_specialized_forward, plan.cpp): past
 // 128 keys, with two consumers at D = 128 and three (192 rows) at D = 64, there causal only from
 // 384 visible keys a row on average; at D = 128 also up to 128 keys where its tiles make two
-// rounds of the grid. Everything else takes the one-warpgroup kernel. The consumers' walk is
+// rounds of the grid; one consumer (64-row tiles) where the grid is too small to fill the SMs.
+// Everything else takes the one-warpgroup kernel. The consumers' walk is
 // forward_pipelined_walk, the same code the one-warpgroup kernel runs, fed by ProducerFeed, which
 // also makes the consumers take turns issuing their products.
 //
@@ -116,8 +117,13 @@ struct ProducerFeed {
   // The walk's last S has landed: the producer may load this consumer's next Q while the walk's
   // last softmax, P V product and the epilogue run.
   __device__ void release_q() const { mbar_arrive(bars.q_empty(consumer)); }
-  __device__ void take_turn() const { named_barrier_sync(turn_bar, 256); }
-  __device__ void pass_turn() const { named_barrier_arrive(next_turn_bar, 256); }
+  // (one consumer: nobody to take turns with)
+  __device__ void take_turn() const {
+    if constexpr (Traits::kConsumers > 1) named_barrier_sync(turn_bar, 256);
+  }
+  __device__ void pass_turn() const {
+    if constexpr (Traits::kConsumers > 1) named_barrier_arrive(next_turn_bar, 256);
+  }
   __device__ void end_step() const {}
   __device__ void mark(StepMark e, int j) const {
     if constexpr (HasTimeline<Traits>) Traits::mark_step(int(e), place(j).position);
@@ -328,7 +334,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   tile_feed.consumer = c;
   // named barriers 1 + C + c: consumer c's turn
   tile_feed.turn_bar = 1 + C + c, tile_feed.next_turn_bar = 1 + C + (c + 1) % C;
-  if (c == 0) named_barrier_arrive(tile_feed.turn_bar, 256);  // the first turn is consumer 0's
+  if (C > 1 && c == 0) named_barrier_arrive(tile_feed.turn_bar, 256);  // the first turn is consumer 0's
   // store_by_tma: this consumer's outputs of the round to the store warp (kEnd: past the last tile;
   // 0: no rows). Its staging tiles are free again once the store warp has had the last round's read.
   volatile WsTile& to_store = shared.staged[c];

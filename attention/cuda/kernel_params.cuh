@@ -175,7 +175,10 @@ struct WgmmaForwardTraits {
 // kConsumers consumer warpgroups of 64 query rows (the m64 of a wgmma) sharing 128-key K/V tiles
 // in a ring of kWsForwardStages (FlashAttention-3's tiles: 3 x 64 rows at D = 64, where the
 // softmax's ALU work needs more warps per SM, 2 x 64 at D = 128; D = 64 also has a two-consumer
-// build, which the plan picks where 192-row tiles would leave consumers idle: ws_consumers_for).
+// build, which the plan picks where 192-row tiles would leave consumers idle, and both head dims a
+// one-consumer build for grids too small to fill the SMs with 128-row tiles: ws_consumers_for).
+// The consumers' count changes no output bit: every row runs the same walk over the same 128-key
+// steps, whichever consumer of whichever tile holds it.
 // kRowTiles / kKeyTiles / kDimTiles / kPaper are what ForwardRows reads. Both head dims are built;
 // the plan runs the one-warpgroup kernel (4 CTAs per SM) instead at D = 64 on short causal rows,
 // where it is faster (takes_warp_specialized_forward).
@@ -210,8 +213,11 @@ struct WsForwardTraits {
   // with two consumers, 128 with three; 32 / 240 / 240, 512 > 3 x 168, compiled and hung on the
   // H200). A consumer holds S (kBlockK / 2), O (D / 2) and P (kBlockK / 4) registers per thread:
   // 160 at D = 128, 128 at 64.
-  static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : 40;
-  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 232;
+  // One consumer (256 threads, starting at 256 registers: the most a thread may have): the consumer
+  // keeps all it starts with, as FlashAttention-3's one-consumer kernels do (56 / 256); a
+  // setmaxnreg.inc below the start count is not allowed.
+  static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : kConsumers == 2 ? 40 : 56;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : kConsumers == 2 ? 232 : 256;
   static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (1 + kConsumers) * cta_start_registers(kThreads),
                 "setmaxnreg only moves the CTA's registers between its warpgroups");
   static constexpr int kSmemQ = 64 * kHeadDim * 2;        // one consumer's Q (and its O, residual staging tiles)
@@ -236,7 +242,8 @@ struct WsForwardTraits {
                 "SW128 atoms are 1024-byte aligned");
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
-  static_assert(kConsumers == 2 || (kConsumers == 3 && kHeadDim == 64), "consumers: 2, or 3 at D = 64 (registers, shared memory)");
+  static_assert(kConsumers == 1 || kConsumers == 2 || (kConsumers == 3 && kHeadDim == 64),
+                "consumers: 1 or 2, or 3 at D = 64 (registers, shared memory)");
   static_assert(kSmemBytes <= 227 * 1024, "an SM's shared memory");
 };
 

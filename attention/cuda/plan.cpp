@@ -195,7 +195,7 @@ bool takes_warp_specialized_forward(const AttentionShape& s, bool causal, int sm
   constexpr double kMinRoundsForShortRows = 2;
   if (s.k_len <= kOneWarpgroupMaxKeys) {
     if (s.head_dim != 128) return false;
-    const double tiles = double(s.batch) * s.heads * blocks(s.q_len, 64 * ws_consumers_for(s, sms));  // the kernel's tile rows
+    const double tiles = double(s.batch) * s.heads * blocks(s.q_len, 64 * ws_consumers_for(s, causal, sms));  // the kernel's tile rows
     return tiles >= kMinRoundsForShortRows * sms;
   }
   if (s.head_dim == 128 || !causal) return true;
@@ -209,7 +209,20 @@ bool takes_warp_specialized_forward(const AttentionShape& s, bool causal, int sm
   return mean_visible_keys(s, causal) >= kWsMinMeanCausalKeys;
 }
 
-int ws_consumers_for(const AttentionShape& s, int sms) {
+// Grids too small for the 128- or 192-row tiles to fill the SMs: 64-row tiles of one consumer each
+// spread the rows over twice or three times the SMs. Measured (H100, kernel_lab and A/B against
+// main, B·H 8-32, T 256-8192; docs/benchmarks.md, "One consumer on small grids"): where the 64-row
+// blocks fit one an SM, forward +20-34% from 1,024 keys on (1,1,8192,128 full 437 against 337
+// TFLOP/s, 1,8,1024,64 causal +24%), +5-26% at 256-512 keys; past that, full attention's equal
+// tiles lose a second round (1,8,2048,128: 256 blocks, 399 against 525), while causal tiles,
+// unequal and taken heaviest first, still gain up to two an SM (1,8,2048: +8% at both head dims).
+bool spreads_rows_over_sms(const AttentionShape& s, bool causal, int sms) {
+  const double row_blocks = double(s.batch) * s.heads * blocks(s.q_len, 64);
+  return row_blocks <= (causal ? 2.0 : 1.0) * sms;
+}
+
+int ws_consumers_for(const AttentionShape& s, bool causal, int sms) {
+  if (spreads_rows_over_sms(s, causal, sms)) return 1;
   if (s.head_dim != 64) return 2;
   // The cost of C consumers: the rounds of tiles over the persistent grid (the last round's idle
   // CTAs count; causal too, where a CTA's longest tile bounds a short schedule) times a tile's time.
@@ -235,7 +248,7 @@ ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int 
   plan.kernel = plan.walk == ForwardWalk::pipelined && takes_warp_specialized_forward(a.shape, opt.causal, sms)
                     ? ForwardKernel::warp_specialized
                     : ForwardKernel::one_warpgroup;
-  if (plan.kernel == ForwardKernel::warp_specialized) plan.ws_consumers = ws_consumers_for(a.shape, sms);
+  if (plan.kernel == ForwardKernel::warp_specialized) plan.ws_consumers = ws_consumers_for(a.shape, opt.causal, sms);
   plan.sms = sms;
   // the epilogue's bulk stores need 16-byte aligned output rows; others are stored element-wise
   plan.store_by_tma = rows_aligned(a.o, a.o_strides(), 16) && (!a.o_residual || rows_aligned(a.o_residual, a.o_strides(), 16));

@@ -74,7 +74,10 @@ struct ForwardPlan {
 // The warp-specialized forward's consumers per CTA: 2 at D = 128; at D = 64 three (192-row tiles,
 // each K/V tile shared three ways) unless two take less time over the persistent grid of `sms`
 // CTAs, where three would leave most of a round idle (plan.cpp says how it is counted).
-int ws_consumers_for(const AttentionShape& shape, int sms);
+int ws_consumers_for(const AttentionShape& shape, bool causal, int sms);
+// Grids too small for 128-row tiles to fill the SMs, whose 64-row tiles (one consumer) spread over
+// them instead (ws_consumers_for): at most one 64-row block an SM, two where causal.
+bool spreads_rows_over_sms(const AttentionShape& shape, bool causal, int sms);
 
 // The plan of a call whose arguments passed cuda::check_supported_args.
 // `sms`: the device's multiprocessors (the persistent grid's CTAs; the H100's and H200's 132 where

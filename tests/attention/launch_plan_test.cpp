@@ -142,6 +142,45 @@ TEST(LaunchPlan, LongRowsTakeTheWarpSpecializedForwardAtHeadDim64) {
   EXPECT_EQ(plan_forward(forward_args({2, 4, 8192, 8192, 64}), opt).kernel, one_warpgroup);
 }
 
+// Small grids: one consumer a CTA (64-row tiles) where the 64-row blocks fit one an SM, or two an
+// SM under the causal mask (spreads_rows_over_sms), on 132 SMs unless said.
+TEST(LaunchPlan, SmallGridsTakeOneConsumerOfSixtyFourRows) {
+  struct GridCase {
+    AttentionShape shape;
+    bool causal;
+    int sms, consumers;
+  };
+  for (const GridCase& c : {
+           // full: 8 x 16 = 128 blocks, then 8 x 17 = 136; 1 x 8,192 rows is 128 blocks too
+           GridCase{{1, 8, 1024, 1024, 128}, false, 132, 1},
+           GridCase{{1, 8, 1025, 1025, 128}, false, 132, 2},
+           GridCase{{1, 1, 8192, 8192, 128}, false, 132, 1},
+           GridCase{{1, 8, 1024, 1024, 128}, false, 114, 2},
+           // 8 x 16 blocks at D = 64, then 9 x 16 = 144 (two consumers: 72 tiles of 128 rows, one round)
+           GridCase{{1, 8, 1024, 1024, 64}, false, 132, 1},
+           GridCase{{1, 9, 1024, 1024, 64}, false, 132, 2},
+           // causal: up to 264 blocks (8 x 33 at 2,112 rows), then 8 x 34 = 272
+           GridCase{{1, 8, 2112, 2112, 128}, true, 132, 1},
+           GridCase{{1, 8, 2113, 2113, 128}, true, 132, 2},
+           GridCase{{1, 8, 2048, 2048, 64}, true, 132, 1},
+           GridCase{{2, 8, 1025, 1025, 64}, true, 132, 3},
+       }) {
+    const std::string what = std::to_string(c.shape.batch) + " x " + std::to_string(c.shape.heads) + " x " +
+                             std::to_string(c.shape.q_len) + " D " + std::to_string(c.shape.head_dim) +
+                             (c.causal ? " causal" : " full") + " on " + std::to_string(c.sms) + " SMs";
+    EXPECT_EQ(ws_consumers_for(c.shape, c.causal, c.sms), c.consumers) << what;
+    AttentionOptions opt;
+    opt.device = Device::cuda, opt.causal = c.causal;
+    const ForwardPlan plan = plan_forward(forward_args(c.shape), opt, c.sms);
+    EXPECT_EQ(plan.kernel, ForwardKernel::warp_specialized) << what;
+    EXPECT_EQ(plan.ws_consumers, c.consumers) << what;
+  }
+  // D = 64 causal rows of under 384 keys on average stay on the one-warpgroup kernel, however small the grid
+  AttentionOptions opt;
+  opt.device = Device::cuda, opt.causal = true;
+  EXPECT_EQ(plan_forward(forward_args({1, 8, 512, 512, 64}), opt, 132).kernel, ForwardKernel::one_warpgroup);
+}
+
 // The warp-specialized forward's consumers at D = 64 (ws_consumers_for): two only where three would
 // leave most of a round of the persistent grid idle. The rounds below are counted by hand from
 // the tile counts (192 or 128 rows a tile) on 132 SMs.
@@ -162,7 +201,7 @@ TEST(LaunchPlan, TwoConsumersAtHeadDim64OnlyWhereThreeLeaveARoundIdle) {
            // head dim 128 has two consumers only
            ConsumerCase{{1, 8, 4097, 4097, 128}, 2},
            ConsumerCase{{2, 16, 8192, 8192, 128}, 2}}) {
-    EXPECT_EQ(ws_consumers_for(c.shape, 132), c.consumers) << c.shape.batch << "," << c.shape.heads << "," << c.shape.q_len << ","
+    EXPECT_EQ(ws_consumers_for(c.shape, false, 132), c.consumers) << c.shape.batch << "," << c.shape.heads << "," << c.shape.q_len << ","
                                                           << c.shape.head_dim;
   }
   AttentionOptions opt;

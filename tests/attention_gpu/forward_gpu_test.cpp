@@ -71,9 +71,12 @@ std::vector<FwdCase> fused_cases() {
   out.push_back({1, 1, 4097, 4097, 64, false, bhtd, standard, 1.0});
   // D = 64 causal rows of >= 384 keys on average: the warp-specialized kernel (plan_forward; full
   // attention takes it past 128 keys, as the shapes above do, and causal ones from 1,000 rows on);
-  // its causal tiles end at the sequence's end, the first one partial (4,097 rows: 64 rows before
-  // row 0 in no consumer's hands)
+  // one consumer on grids as small as these (ws_consumers_for)
   out.push_back({1, 1, 4097, 4097, 64, true, bhtd, standard, 1.0});
+  // causal tiles of several consumers end at the sequence's end, the first one partial: 1,025 rows
+  // leave 64 rows before row 0 in no consumer's hands; 2 x 8 heads of 17 row blocks (272, past two
+  // an SM) take two consumers at D = 128 and three at D = 64
+  for (int d : {64, 128}) out.push_back({2, 8, 1025, 1025, d, true, bthd, ShiftPolicy::hashed_offset, 1.0});
   out.push_back({1, 2, 300, 4097, 64, true, bthd, ShiftPolicy::hashed_offset, 1.0});
   out.push_back({2, 1, 2100, 2100, 64, false, bthd, ShiftPolicy::fixed_offset, 5.0});
   // more tiles than an H200 has SMs (132: 140 and 288 tiles): persistent CTAs take several tiles
@@ -87,6 +90,9 @@ std::vector<FwdCase> fused_cases() {
   // SMs): the warp-specialized kernel, one step a tile; the second with rows that see no key
   out.push_back({2, 140, 128, 128, 128, false, bthd, ShiftPolicy::hashed_offset, 1.0});
   out.push_back({1, 270, 200, 97, 128, true, bthd, standard, 1.0});
+  // grids too small to fill the SMs with 128-row tiles: one consumer, 64-row tiles (ws_consumers_for;
+  // so does {3, 2, 200, 333, 128} below), two steps, so that the sanitizers' cases cover it
+  for (int d : {64, 128}) out.push_back({1, 2, 150, 200, d, false, bthd, ShiftPolicy::hashed_offset, 1.0});
   // causal heads whose K/V exceed 32 MB together (72 x 512 KB): sections of 16 heads in L2, the
   // last 8 wide (WsTileOrder); the causal shapes above fit in one section
   out.push_back({1, 72, 1024, 1024, 128, true, bthd, ShiftPolicy::hashed_offset, 1.0});
@@ -206,7 +212,10 @@ TEST(FusedForwardGpu, UnalignedOutputsGetTheSameBits) {
 // Every (b, h) is computed alone, so its outputs must not depend on the rest of the batch: a few
 // heads of a 140-head batch (420 tiles of 128 rows at D = 128, more CTAs than SMs, several waves)
 // must equal, bit for bit, the same heads run alone. Guards any state carried between a CTA's
-// tiles or shared between CTAs (a persistent grid, a tile scheduler).
+// tiles or shared between CTAs (a persistent grid, a tile scheduler), and at D = 128 the plan's
+// choice of consumers: alone, the head's 5 row blocks take the one-consumer build (64-row tiles
+// spread over the SMs, ws_consumers_for), in the batch the two-consumer one, which must compute
+// every row the same way.
 TEST(FusedForwardGpu, EveryHeadGetsTheBitsItGetsAlone) {
   SF_REQUIRE_GPU();
   for (int dim : {64, 128}) {

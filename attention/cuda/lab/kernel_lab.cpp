@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   app.add_option("--forward-kernel", forward, "production, mma (mma.sync), wgmma-1wg (one warpgroup), wgmma-serial "
                                               "(no softmax / P V overlap), wgmma-ws (warp-specialized, D = 64 too), wgmma-ws-rounds (tiles fixed in "
                                               "advance), wgmma-ws-tiles (one CTA per tile), wgmma-ws-2c / "
-                                              "wgmma-ws-3c (two / three consumers at D = 64)")
+                                              "wgmma-ws-3c (two / three consumers at D = 64), wgmma-ws-1c (one consumer, both head dims)")
       ->capture_default_str();
   app.add_option("--backward-kernel", backward, "production, mma (mma.sync), wgmma-dqwg (a third warpgroup for dQ)")->capture_default_str();
   bool backward_parts = false;

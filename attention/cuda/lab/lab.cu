@@ -19,6 +19,7 @@ std::optional<ForwardChoice> parse_forward_choice(std::string_view name) {
   if (name == "wgmma-ws-tiles") return ForwardChoice::warp_specialized_per_tile;
   if (name == "wgmma-ws-2c") return ForwardChoice::warp_specialized_two;
   if (name == "wgmma-ws-3c") return ForwardChoice::warp_specialized_three;
+  if (name == "wgmma-ws-1c") return ForwardChoice::warp_specialized_one;
   return std::nullopt;
 }
 std::optional<BackwardChoice> parse_backward_choice(std::string_view name) {
@@ -37,6 +38,7 @@ std::string to_string(ForwardChoice c) {
     case ForwardChoice::warp_specialized_per_tile: return "wgmma-ws-tiles";
     case ForwardChoice::warp_specialized_two: return "wgmma-ws-2c";
     case ForwardChoice::warp_specialized_three: return "wgmma-ws-3c";
+    case ForwardChoice::warp_specialized_one: return "wgmma-ws-1c";
     case ForwardChoice::production: break;
   }
   return "production";
@@ -65,12 +67,14 @@ void forward_with(ForwardChoice choice, const ForwardArgs& a, const AttentionOpt
   }
   if (choice == ForwardChoice::warp_specialized || choice == ForwardChoice::warp_specialized_rounds ||
       choice == ForwardChoice::warp_specialized_per_tile ||
-      choice == ForwardChoice::warp_specialized_two || choice == ForwardChoice::warp_specialized_three) {
+      choice == ForwardChoice::warp_specialized_two || choice == ForwardChoice::warp_specialized_three ||
+      choice == ForwardChoice::warp_specialized_one) {
     if (plan.walk == ForwardWalk::pipelined) {
       plan.kernel = ForwardKernel::warp_specialized;
-      plan.ws_consumers = ws_consumers_for(a.shape, plan.sms);
+      plan.ws_consumers = ws_consumers_for(a.shape, opt.causal, plan.sms);
       if (plan.head_dim == 64 && choice == ForwardChoice::warp_specialized_two) plan.ws_consumers = 2;
       if (plan.head_dim == 64 && choice == ForwardChoice::warp_specialized_three) plan.ws_consumers = 3;
+      if (choice == ForwardChoice::warp_specialized_one) plan.ws_consumers = 1;
     }
     if (choice == ForwardChoice::warp_specialized_rounds) plan.schedule = TileSchedule::rounds;
     if (choice == ForwardChoice::warp_specialized_per_tile) plan.schedule = TileSchedule::per_cta;

@@ -22,6 +22,7 @@ enum class ForwardChoice {
   warp_specialized_per_tile,  // the same with one CTA per tile (TileSchedule::per_cta)
   warp_specialized_two,       // the same with two consumers at D = 64 (ForwardPlan::ws_consumers)
   warp_specialized_three,     // the same with three consumers at D = 64
+  warp_specialized_one,       // the same with one consumer (64-row tiles), both head dims
 };
 enum class BackwardChoice {
   production,  // the wgmma backward
