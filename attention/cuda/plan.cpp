@@ -210,12 +210,13 @@ bool takes_warp_specialized_forward(const AttentionShape& s, bool causal, int sm
 }
 
 // Grids too small for the 128- or 192-row tiles to fill the SMs: 64-row tiles of one consumer each
-// spread the rows over twice or three times the SMs. Measured (H100, kernel_lab and A/B against
-// main, B·H 8-32, T 256-8192; docs/benchmarks.md, "One consumer on small grids"): where the 64-row
-// blocks fit one an SM, forward +20-34% from 1,024 keys on (1,1,8192,128 full 437 against 337
-// TFLOP/s, 1,8,1024,64 causal +24%), +5-26% at 256-512 keys; past that, full attention's equal
-// tiles lose a second round (1,8,2048,128: 256 blocks, 399 against 525), while causal tiles,
-// unequal and taken heaviest first, still gain up to two an SM (1,8,2048: +8% at both head dims).
+// spread the rows over two or three times the SMs, with the same bits (the same walk and steps).
+// Measured (H100, A/B against the larger tiles; docs/benchmarks.md, "One consumer on small grids"):
+// forward +21-33% where the 64-row blocks fit one an SM (1,1,8192,128 full 436 against 340 TFLOP/s,
+// 1,2,4096,64 full +33%, 1,16,512,128 full +21%); causal grids of up to two blocks an SM +4-9%
+// (1,8,2048 +9% / +8% at D = 128 / 64, 2,16,384,128 +4%), their unequal tiles going heaviest
+// first; full attention past one block an SM loses the second round of equal tiles (1,8,2048,128
+// forced to one consumer: 399 against 525).
 bool spreads_rows_over_sms(const AttentionShape& s, bool causal, int sms) {
   const double row_blocks = double(s.batch) * s.heads * blocks(s.q_len, 64);
   return row_blocks <= (causal ? 2.0 : 1.0) * sms;
