@@ -71,9 +71,10 @@ struct ForwardPlan {
   bool tensor_maps = true;    // q, k, v read by bulk tensor copies (every production kernel; not the lab's mma.sync)
 };
 
-// The warp-specialized forward's consumers per CTA: 2 at D = 128; at D = 64 three (192-row tiles,
-// each K/V tile shared three ways) unless two take less time over the persistent grid of `sms`
-// CTAs, where three would leave most of a round idle (plan.cpp says how it is counted).
+// The warp-specialized forward's consumers per CTA: one on small grids (spreads_rows_over_sms);
+// else 2 at D = 128; at D = 64 three (192-row tiles, each K/V tile shared three ways) unless two
+// take less time over the persistent grid of `sms` CTAs, where three would leave most of a round
+// idle (plan.cpp says how it is counted).
 int ws_consumers_for(const AttentionShape& shape, bool causal, int sms);
 // Grids too small for 128-row tiles to fill the SMs, whose 64-row tiles (one consumer) spread over
 // them instead (ws_consumers_for): at most one 64-row block an SM, two where causal.

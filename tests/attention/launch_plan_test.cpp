@@ -198,7 +198,7 @@ TEST(LaunchPlan, TwoConsumersAtHeadDim64OnlyWhereThreeLeaveARoundIdle) {
            ConsumerCase{{16, 12, 1024, 1024, 64}, 3},
            // 1,376 tiles: 11 rounds; 2,048: 16 rounds
            ConsumerCase{{2, 16, 8192, 8192, 64}, 3},
-           // head dim 128 has two consumers only
+           // head dim 128 has two consumers (one on small grids: the test above)
            ConsumerCase{{1, 8, 4097, 4097, 128}, 2},
            ConsumerCase{{2, 16, 8192, 8192, 128}, 2}}) {
     EXPECT_EQ(ws_consumers_for(c.shape, false, 132), c.consumers) << c.shape.batch << "," << c.shape.heads << "," << c.shape.q_len << ","
