@@ -212,8 +212,9 @@ bool takes_warp_specialized_forward(const AttentionShape& s, bool causal, int sm
 // Grids too small for the 128- or 192-row tiles to fill the SMs: 64-row tiles of one consumer each
 // spread the rows over two or three times the SMs, with the same bits (the same walk and steps).
 // Measured (H100, A/B against the larger tiles; docs/benchmarks.md, "One consumer on small grids"):
-// forward +21-33% where the 64-row blocks fit one an SM (1,1,8192,128 full 436 against 340 TFLOP/s,
-// 1,2,4096,64 full +33%, 1,16,512,128 full +21%); causal grids of up to two blocks an SM +4-9%
+// forward +21-33% where the 64-row blocks fit one an SM from 512 keys on (1,1,8192,128 full 436
+// against 340 TFLOP/s, 1,2,4096,64 full +33%, 1,16,512,128 full +21%), less on shorter rows (+5% at
+// 1,8,256,128 full); causal grids of up to two blocks an SM +4-9%
 // (1,8,2048 +9% / +8% at D = 128 / 64, 2,16,384,128 +4%), their unequal tiles going heaviest
 // first; full attention past one block an SM loses the second round of equal tiles (1,8,2048,128
 // forced to one consumer: 399 against 525).
