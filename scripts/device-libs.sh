@@ -16,7 +16,7 @@ use_device_libraries() {
 # attention-ab.sh): small shapes, whose walks are too short to reuse a buffer from block to block
 # (on longer walks racecheck reports hazards, most of them hand-overs it does not model and 8 in the
 # deterministic dQ still open: docs/benchmarks.md, "The racecheck probe").
-SANITIZER_CASES='*Tq17Tk17*:*Tq97Tk300*:*Tq300Tk97*:*Tq200Tk77*:*Tq150Tk200*:*FullyMasked*:*Tq1Tk1*:*EventCounters*'
+SANITIZER_CASES='*Tq17Tk17*:*Tq97Tk300*:*Tq300Tk97*:*Tq200Tk77*:*Tq150Tk200*:*Tq128Tk260*:*FullyMasked*:*Tq1Tk1*:*EventCounters*'
 
 # Runs a googletest program ("$@") for at most $1 seconds, its whole output in $2: without
 # --gtest_brief, so that the log has a line for every test started and a hang names its test (a

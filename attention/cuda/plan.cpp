@@ -261,6 +261,18 @@ ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int 
 // (DeltaPass::in_main; attention.hpp)
 static_assert(kAutoExactMaxKeys == kBackwardBlockK, "auto's exact range is the backward's one key block");
 
+bool backward_spreads_keys_over_sms(const AttentionShape& s, const AttentionOptions& opt, int sms) {
+  if (sms <= 0 || opt.deterministic || s.head_dim != 128 || blocks(s.k_len, kBackwardBlockK) == 1) return false;
+  // 64-key items, one CTA an SM at most (~150 KB of shared memory). One consumer does about half a
+  // two-consumer CTA's work an SM (it has no second warpgroup to overlap its P, dS arithmetic with),
+  // so it pays where 128-key items leave half the SMs idle or more, and measured (H100, 64-128
+  // items of 64 keys, docs/benchmarks.md): causal +1-14% over 7 grids of up to `sms` items; full
+  // +7-10% up to 96 items, but 0.86-1.02x at 128, where many CTAs of one head add into the same dQ
+  // tiles in step. Head dim 64 measured slower at every grid (0.37-1.0x).
+  const std::int64_t items64 = blocks(s.k_len, kBackwardBlockK / 2) * std::int64_t(s.batch) * s.heads;
+  return opt.causal ? items64 <= sms : 4 * items64 <= 3 * std::int64_t(sms);
+}
+
 BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, bool with_gradients, int sms) {
   const AttentionShape& s = a.shape;
   BackwardPlan plan;
@@ -280,6 +292,7 @@ BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, b
   // at 128 and nothing measurable at 256 (-0.1 / -1.4%, docs/benchmarks.md)
   constexpr int kPersistentMaxWalk = 128;
   if (sms > 0 && s.head_dim == 128 && !opt.causal && !plan.dq_direct && items > sms && q_walk <= kPersistentMaxWalk) plan.main_ctas = sms;
+  if (backward_spreads_keys_over_sms(s, opt, sms)) plan.key_consumers = 1, plan.main_ctas = 0;
   settle_backward_plan(plan, a, opt);
   return plan;
 }

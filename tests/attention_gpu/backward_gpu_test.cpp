@@ -83,6 +83,15 @@ std::vector<BwdCase> backward_cases() {
   // eleven blocks over two key blocks (200 items)
   out.push_back({1, 100, 64, 300, 128, false, bthd, DeltaSource::compensated, false, 1.0});
   out.push_back({1, 100, 700, 200, 128, false, bhtd, DeltaSource::compensated, false, 1.0});
+  // Small grids at head dim 128 take 64-key CTAs of one consumer (BackwardPlan::key_consumers), as
+  // the D = 128 cases above do outside deterministic mode; these with a partial last key block and
+  // Tq < Tk causal, walks of three query blocks (the slots reused) and of two (in the sanitizers'
+  // set: racecheck reports the slots' hand-over by one lane a warp as a race, docs/benchmarks.md).
+  // Two consumers at D = 128 outside deterministic mode, causal (the stagger, the first block left
+  // out on the diagonal): a grid of more than one 64-key CTA an SM.
+  out.push_back({1, 2, 190, 260, 128, true, bhtd, DeltaSource::compensated, false, 1.0});
+  out.push_back({1, 2, 128, 260, 128, true, bthd, DeltaSource::compensated, false, 1.0});
+  out.push_back({2, 40, 300, 300, 128, true, bhtd, DeltaSource::compensated, false, 1.0});
   return out;
 }
 
@@ -162,6 +171,57 @@ TEST(BackwardGpu, AutoGivesTheBitsOfTheSourceItResolvesTo) {
 // dQ bit for bit; non-deterministic dQ (its FP32 parts added in arrival order, so its last bits vary
 // between runs) within the fused bound of the FP64 reference. Twice on the same workspace, so the
 // second call also starts from what the first left.
+int device_sms() {
+  int device = 0, sms = 0;
+  EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  return sms;
+}
+
+// The key consumers the plan gives a backward of `s` on this device (plan_backward, as
+// attention_backward asks it).
+int key_consumers_of(const AttentionShape& s, const AttentionOptions& opt) {
+  BackwardArgs a;
+  a.shape = s;
+  return cuda::plan_backward(a, opt.for_shape(s), /*with_gradients=*/true, device_sms()).key_consumers;
+}
+
+// A head's dK and dV do not depend on its batch: alone, its 64-key blocks take one consumer each
+// (a small grid, head dim 128), in a batch of 140 heads two consumers share a CTA's 128 keys, and
+// each consumer walks the same query blocks in the same order either way. dQ adds the two 64-key
+// halves of a key block separately then (its bits depend on the arrival order of key blocks
+// anyway): checked against the bound. Causal and full, a partial last key block.
+TEST(BackwardGpu, KeyGradientsOfAHeadAreTheBitsItGetsAlone) {
+  SF_REQUIRE_GPU();
+  const int dim = 128;
+  for (bool causal : {true, false}) {
+    const AttentionShape s{2, 70, 300, 300, dim};
+    const Inputs in = random_inputs(s, Layout::bhtd, 4400 + dim + causal);
+    AttentionOptions opt;
+    opt.causal = causal, opt.delta_source = DeltaSource::compensated;
+    const std::string name = causal ? "causal" : "full";
+    const AttentionShape alone_shape{1, 1, s.q_len, s.k_len, dim};
+    ASSERT_EQ(key_consumers_of(s, opt), 2) << name << ": the batch's plan";
+    ASSERT_EQ(key_consumers_of(alone_shape, opt), 1) << name << ": one head's plan";
+    const Outputs all = run_gpu(in, opt, /*backward=*/true);
+    const std::size_t head = std::size_t(s.q_len) * dim;
+    for (int bh : {0, 69, 70, 139}) {  // both batches, first and last heads
+      Inputs one;
+      one.shape = alone_shape, one.layout = Layout::bhtd;
+      const auto slice = [&](const std::vector<bf16>& x) { return std::vector<bf16>(x.begin() + bh * head, x.begin() + (bh + 1) * head); };
+      one.q = slice(in.q), one.k = slice(in.k), one.v = slice(in.v), one.d_o = slice(in.d_o);
+      const Outputs alone = run_gpu(one, opt, /*backward=*/true);
+      ASSERT_TRUE(same_bits(alone.o, slice(all.o))) << name << ", (b, h) #" << bh << ": the forward's o (FusedForwardGpu)";
+      EXPECT_TRUE(same_bits(alone.dk, slice(all.dk))) << name << ", (b, h) #" << bh << ": dk alone vs in the batch";
+      EXPECT_TRUE(same_bits(alone.dv, slice(all.dv))) << name << ", (b, h) #" << bh << ": dv alone vs in the batch";
+      const Bounds b = fused_bounds(one, opt, /*backward=*/true);
+      std::int64_t nonfinite = 0;
+      EXPECT_LE(max_err(alone.dq, b.ref_dq, &nonfinite), b.dq) << name << ", (b, h) #" << bh << ": dq alone";
+      EXPECT_EQ(nonfinite, 0) << name;
+    }
+  }
+}
+
 TEST(BackwardGpu, WorkspaceNeedNotBeZero) {
   SF_REQUIRE_GPU();
   struct Case {

@@ -26,6 +26,8 @@ std::optional<BackwardChoice> parse_backward_choice(std::string_view name) {
   if (name == "production") return BackwardChoice::production;
   if (name == "mma") return BackwardChoice::mma_sync;
   if (name == "wgmma-dqwg") return BackwardChoice::dq_warpgroup;
+  if (name == "wgmma-1c") return BackwardChoice::one_consumer;
+  if (name == "wgmma-2c") return BackwardChoice::two_consumers;
   return std::nullopt;
 }
 std::string to_string(ForwardChoice c) {
@@ -47,6 +49,8 @@ std::string to_string(BackwardChoice c) {
   switch (c) {
     case BackwardChoice::mma_sync: return "mma";
     case BackwardChoice::dq_warpgroup: return "wgmma-dqwg";
+    case BackwardChoice::one_consumer: return "wgmma-1c";
+    case BackwardChoice::two_consumers: return "wgmma-2c";
     case BackwardChoice::production: break;
   }
   return "production";
@@ -92,6 +96,20 @@ void backward_with(BackwardChoice choice, const BackwardArgs& a, const Attention
   const AttentionOptions opt = options.for_shape(a.shape);  // as each production entry point does
   check_supported_args(a, opt);
   if (!a.dq || !a.dk || !a.dv) throw std::invalid_argument("attention_backward: dq, dk and dv outputs are required");
+  if (choice == BackwardChoice::one_consumer || choice == BackwardChoice::two_consumers) {
+    BackwardPlan plan = plan_backward(a, opt, /*with_gradients=*/true, multiprocessors());
+    if (choice == BackwardChoice::one_consumer) {
+      if (opt.deterministic || plan.dq_direct)
+        throw std::invalid_argument("kernel lab wgmma-1c backward: not deterministic and more than one 128-key block (production's rule)");
+      plan.key_consumers = 1, plan.main_ctas = 0;
+    } else if (plan.key_consumers == 1) {
+      plan.key_consumers = 2;  // a grid of at most one 64-key CTA an SM: no persistent grid either
+    }
+    execute_backward(a, opt, plan, [&](const BackwardParams& p, cudaStream_t stream) {
+      with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_backward_main<D, kPaper>(p, stream); });
+    });
+    return;
+  }
   // the lab's kernels always add dQ into the workspace (no direct store), whose size also holds the
   // mma.sync kernel's row-major [B, H, Tq, D]
   BackwardPlan plan = plan_backward(a, opt);
