@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# session 35 (pending call 1 of docs/benchmarks.md): the whole sweep on main's kernels (binaries of
+# 5e19528, the kernels of d36c27c) on one card, interleaved with cuDNN under CUDA graphs, in two
+# halves by head dim (each adds the four benchmark shapes). Usage: s35sweep.sh 128|64
+S0=$SECONDS
+[ -d build-cuda/devbin ] || { mkdir -p build-cuda/devbin && tar -C build-cuda/devbin -xJf build-cuda/devbin.tar.xz; } || exit 2
+cat build-cuda/devbin/built-from.txt; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+if [ "$1" = 128 ]; then SH=1x8x4097x128:causal,1x8x16384x128:causal,2x16x384x128:causal,2x16x2048x128:causal,2x16x8192x128:causal,8x16x128x128:causal,8x16x1000x128:causal,8x16x4097x128:causal,32x16x128x128:causal,32x16x2048x128:causal,1x8x4097x128:full,1x8x16384x128:full,2x16x384x128:full,2x16x2048x128:full,2x16x8192x128:full,2x16x16384x128:full,8x16x128x128:full,8x16x1000x128:full,8x16x4097x128:full,32x16x128x128:full,32x16x2048x128:full; else SH=1x8x4097x64:causal,1x8x16384x64:causal,2x16x384x64:causal,2x16x2048x64:causal,2x16x8192x64:causal,2x16x16384x64:causal,8x16x128x64:causal,8x16x1000x64:causal,8x16x4097x64:causal,32x16x128x64:causal,32x16x2048x64:causal,1x8x4097x64:full,1x8x16384x64:full,2x16x384x64:full,2x16x2048x64:full,2x16x8192x64:full,2x16x16384x64:full,8x16x128x64:full,8x16x1000x64:full,8x16x4097x64:full,32x16x128x64:full,32x16x2048x64:full; fi
+SWEEP_WARMUP=0.5 SWEEP_SHAPES=$SH OUT=$OUT/d$1 timeout 570 scripts/attention-sweep.sh --interleaved --graphs > $OUT/sweep-d$1.log 2>&1
+echo "sweep rc $? at $((SECONDS - S0)) s"
+tail -30 $OUT/sweep-d$1.log
