@@ -135,8 +135,8 @@ __device__ __forceinline__ void store_dq_part_rows(std::uint16_t* part, std::int
 }
 
 // dK = BF16(acc * scale) (fused applies the scale to the FP32 product; paper's dS has it) and
-// dV = BF16(acc) of a warp's 16 keys: this thread's keys `key` and key + 8, columns nd * 8 + 2t,
-// + 1 (mma.sync C fragments, which the wgmma accumulators repeat), at query head h (BackwardParams:
+// dV = BF16(acc) of a warp's 16 keys: this thread's keys `key` and key + 8, columns dim0 + nd * 8
+// + 2t, + 1 (mma.sync C fragments, which the wgmma accumulators repeat), at query head h (BackwardParams:
 // with grouped-query heads p.dk, p.dv are the per-query-head workspace). The BF16 pairs of four
 // fragments are exchanged within each quad (quad_transpose_step), so that lane t stores columns
 // (4G + t) * 8 .. + 7 of its row whole: a quarter of the store instructions of one pair each,
@@ -144,7 +144,7 @@ __device__ __forceinline__ void store_dq_part_rows(std::uint16_t* part, std::int
 // "Backward"). Keys past Tk are not stored; every lane takes part in the exchanges (shuffles).
 template <bool kPaper, int DT>
 __device__ __forceinline__ void store_dk_dv(const BackwardParams& p, int b, int h, int key, int t, const float (&acc_dk)[DT][4],
-                                            const float (&acc_dv)[DT][4]) {
+                                            const float (&acc_dv)[DT][4], int dim0 = 0) {
   static_assert(DT % 4 == 0, "groups of four 8-column fragments");
   const float dk_scale = kPaper ? 1.0f : p.scale;
   std::uint16_t* dk_head = p.dk + p.dk_strides.head(b, h);
@@ -158,7 +158,7 @@ __device__ __forceinline__ void store_dk_dv(const BackwardParams& p, int b, int 
     for (int s = 0; s < 4; ++s) w[s] = pair_of(4 * G + s);
 #pragma unroll
     for (int i = 0; i < 4; ++i) quad_transpose_step(w, out, t, i);
-    if (k < p.k_len) store_row8(head + k * stride_t + (4 * G + t) * 8, out, store16);  // the quad's row: all four lanes alike
+    if (k < p.k_len) store_row8(head + k * stride_t + dim0 + (4 * G + t) * 8, out, store16);  // the quad's row: all four lanes alike
   };
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {

@@ -3,7 +3,8 @@
 // tensor cores' asynchronous path, in FlashAttention-3's CTA layout: a producer warpgroup and two
 // consumer warpgroups owning 128 keys of one (b, h), 64 each (16 per warp, the m64 of a wgmma), that
 // walk the query blocks of 64 that see them and share each block's Q, dO, so every copy serves 128
-// keys. Per consumer and block:
+// keys (on small head dim 128 grids 64-key CTAs instead: both consumers on the same keys, each with
+// half the dims of dV, dK and dQ; WgmmaBackwardTraits::kDimSplit). Per consumer and block:
 //   S^T = K Q^T, dP^T = V dO^T        wgmma, A and B from shared memory (K-major)
 //   P, dS (rounding points)           prob_of_score, dscore_of (backward_common.cuh) on the fragments;
 //                                     at head dim 64 P while dP^T still runs
@@ -52,18 +53,21 @@
 
 namespace stableflash::attention::cuda {
 
-// kConsumers_: key warpgroups of 64 keys per CTA. Two (128 keys) everywhere but on grids too small
-// to fill the SMs with 128-key CTAs, where one (64-key CTAs, twice as many) spreads the keys over
-// them (BackwardPlan::key_consumers): each consumer's 64 keys walk the same query blocks in the same
-// order with one consumer or two, so dK, dV have the same bits; dQ of a block is then added as two
-// 64-key parts instead of one 128-key one (its bits depend on the key blocks' arrival order anyway
-// outside deterministic mode, which keeps two consumers).
-template <int kHeadDim_, bool kPaper_, int kConsumers_ = 2>
+// kKeyGroups_: 64-key groups per CTA. Two (128 keys, a consumer's 64 each) everywhere but on head dim
+// 128 grids too small to fill the SMs with 128-key CTAs, where one (64-key CTAs, twice as many:
+// BackwardPlan::key_groups) has both consumers walk the same 64 keys, each computing S^T, dP^T, P, dS
+// in full and its half of the dims of dV, dK and dQ (kDimSplit). Every dK, dV element sums the same
+// products in the same order either way, so their bits do not depend on the grid; dQ of a block is
+// then added as two 64-key parts instead of one 128-key one (its bits depend on the key blocks'
+// arrival order anyway outside deterministic mode, which keeps 128-key CTAs).
+template <int kHeadDim_, bool kPaper_, int kKeyGroups_ = 2>
 struct WgmmaBackwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kPaper = kPaper_;
-  static constexpr int kWarpgroups = kConsumers_;  // consumers (key warpgroups)
-  static_assert(kWarpgroups == 1 || kWarpgroups == 2, "one or two key warpgroups");
+  static constexpr int kKeyGroups = kKeyGroups_;
+  static constexpr bool kDimSplit = kKeyGroups == 1;
+  static_assert(kKeyGroups == 2 || (kDimSplit && kHeadDim == 128), "64-key CTAs at head dim 128 (64-dim dQ tiles per consumer)");
+  static constexpr int kWarpgroups = 2;  // consumers (key warpgroups)
   static constexpr int kConsumerThreads = 128 * kWarpgroups;
   static constexpr int kThreads = 128 + kConsumerThreads;  // and the producer warpgroup
   // setmaxnreg budgets (FlashAttention-3's): the CTA starts at cta_start_registers(384) = 168 a
@@ -72,33 +76,24 @@ struct WgmmaBackwardTraits {
   // registers (C7512); at 24 / 240 nothing serializes, and the producer's loops spill a few words
   // (36-60 bytes at D = 128; at 64 the one-key-block kernel with the exact delta inside, 80). Head
   // dim 64 at 40 / 232 spills nothing and measured the same (-1.9...+1.2%, docs/benchmarks.md), so
-  // both keep one budget. One consumer (256 threads, starting at 256 registers, the most a thread may
-  // have) keeps all it starts with, as the one-consumer forward does (56 / 256): it also holds the
-  // whole [64, D] dQ part (D / 2 registers).
-  static constexpr int kProducerRegisters = kWarpgroups == 1 ? 56 : 24;
-  static constexpr int kConsumerRegisters = kWarpgroups == 1 ? 256 : 240;
+  // both keep one budget.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
   static_assert(kProducerRegisters + kWarpgroups * kConsumerRegisters <= (1 + kWarpgroups) * cta_start_registers(kThreads),
                 "setmaxnreg only moves the CTA's registers between its warpgroups");
-  static constexpr int kGroupKeys = 64;                      // keys per consumer (wgmma m64)
-  static constexpr int kBlockK = kGroupKeys * kWarpgroups;  // keys per CTA (deterministic turns count these)
+  static constexpr int kGroupKeys = 64;                     // keys per consumer (wgmma m64)
+  static constexpr int kBlockK = kGroupKeys * kKeyGroups;  // keys per CTA (deterministic turns count these)
+  // dims of dK, dV (and dQ) a consumer computes: all, or its half where both own the same keys
+  static constexpr int kConsumerDims = kDimSplit ? kHeadDim / 2 : kHeadDim;
   static constexpr int kBlockQ = 64;  // queries per step (entry.cu sizes the dQ turn counters by it)
   // Query blocks whose Q, dO, lse and delta are in flight (the producer loads block i + kSlots - 1
   // while the consumers compute block i): three at head dim 64, whose blocks are short against a
   // copy's latency (+0.5-3% backward over two, measured), two at 128 (a third does not fit)
   static constexpr int kSlots = kHeadDim == 64 ? 3 : 2;
   static constexpr int kQueryTiles = kBlockQ / 8;
-  static constexpr int kDimTiles = kHeadDim / 8;
-  // dQ split between two consumers: head dim 128 over dims, 64 over blocks (one consumer computes a
-  // block's whole dQ); a lone consumer computes every block's whole dQ
-  static constexpr bool kDqAlternate = kHeadDim == 64 && kWarpgroups == 2;
-  // Dims of a consumer's dQ part (its accumulator: [64 queries, kDqDims] FP32, kDqDims / 2 registers
-  // a thread) and the [64, 64] tiles it hands over per block: 64 and one with two consumers, D and
-  // D / 64 alone. Each tile stream (a consumer's, or a lone consumer's dim tile) has its shared
-  // tile, its named barriers and its reducing producer warp (2 + stream).
-  static constexpr int kDqDims = kWarpgroups == 1 ? kHeadDim : 64;
-  static constexpr int kDqParts = kDqDims / 64;
-  static constexpr int kDqStreams = kWarpgroups * kDqParts;
-  static_assert(kDqStreams <= 2, "producer warps 2 and 3 reduce the dQ tiles");
+  static constexpr int kDimTiles = kConsumerDims / 8;  // of a consumer's dK, dV accumulators
+  // dQ split: head dim 128 over dims, 64 over blocks (one consumer computes a block's whole dQ)
+  static constexpr bool kDqAlternate = kHeadDim == 64;
   // dQ of block i issued at block i + 1, so that the consumers do not meet per block: +1.3-5.8%
   // backward at head dim 128, -0.8-5.3% at 64 (measured; docs/benchmarks.md), which keeps the
   // walk as it was, the dQ with its own block after a named barrier of both consumers
@@ -106,7 +101,7 @@ struct WgmmaBackwardTraits {
   // A CTA may take several items (the persistent grid, BackwardPlan::main_ctas): head dim 128 only,
   // where it measured +0.9 to +5.5% backward at full attention; at 64 it measured -3.3 to +1.3%,
   // and there the kernel keeps one item a CTA at compile time (its code as before)
-  static constexpr bool kPersistent = kHeadDim == 128 && kWarpgroups == 2;  // one consumer: small grids only
+  static constexpr bool kPersistent = kHeadDim == 128 && !kDimSplit;  // 64-key CTAs: small grids only
   // S^T and dP^T in separate commit groups (P formed while dP^T runs): where it measured faster
   static constexpr bool kSplitScores = kHeadDim == 64;
   static constexpr int kTile = kGroupKeys * kHeadDim * 2;  // one [64, D] SW128 tile
@@ -120,15 +115,15 @@ struct WgmmaBackwardTraits {
   // and two buffers do.
   static constexpr int kDsBuffers = kDqLate ? kSlots + 1 : 2;
   static constexpr int kDqTile = kBlockQ * 64 * 4;  // one consumer's FP32 dQ part
-  // Shared memory. K, V (a [64, D] tile per consumer), Q and dO (kSlots query-block slots) and dS^T
+  // Shared memory. K, V (a [64, D] tile per key group), Q and dO (kSlots query-block slots) and dS^T
   // in the SW128 layout; the barriers: K/V, then per slot full and free.
   struct SharedStorage {
-    std::uint16_t k[kWarpgroups][kGroupKeys * kHeadDim];
-    std::uint16_t v[kWarpgroups][kGroupKeys * kHeadDim];
+    std::uint16_t k[kKeyGroups][kGroupKeys * kHeadDim];
+    std::uint16_t v[kKeyGroups][kGroupKeys * kHeadDim];
     std::uint16_t q[kSlots][kBlockQ * kHeadDim];
     std::uint16_t d_o[kSlots][kBlockQ * kHeadDim];
     std::uint16_t ds[kDsBuffers][kWarpgroups][kGroupKeys * kBlockQ];  // dS^T [64 keys, 64 queries]
-    float dq[kDqStreams][kBlockQ * 64];                              // fragment order (DqFragmentOrder)
+    float dq[kWarpgroups][kBlockQ * 64];                             // fragment order (DqFragmentOrder)
     float rowvals[kSlots][2][kBlockQ];                                // [slot][lse | delta][query]
     std::uint64_t barriers[2 + 2 * kSlots + (kDqLate ? kDsBuffers * kWarpgroups : 0)];
   };
@@ -138,7 +133,6 @@ struct WgmmaBackwardTraits {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
   static_assert(kBlockQ == 64, "dS^T rows are one 128-byte SW128 block");
   static_assert(kSmemBytes <= 227 * 1024, "fits one CTA per SM");
-  static_assert(kDqTile == int(sizeof(SharedStorage::dq[0])), "a dQ tile stream's shared tile");
 };
 
 // The order the CTAs start in (a 1-d grid; CTAs start in blockIdx order). A causal key block kb
@@ -267,7 +261,8 @@ __device__ __forceinline__ void form_probs(const BackwardParams& p, float (&st)[
   }
 }
 
-// dV += BF16(P)^T dO, dK += BF16(dS)^T Q, one commit group (B MN-major: 16 queries step 2048 bytes)
+// dV += BF16(P)^T dO, dK += BF16(dS)^T Q, one commit group (B MN-major: 16 queries step 2048 bytes),
+// over the DT x 8 dims of dO, Q from s_do, s_q (all D, or a 64-dim block of them: kDimSplit)
 template <int D, int BQ, int DT>
 __device__ __forceinline__ void issue_dv_dk(float (&acc_dv)[DT][4], float (&acc_dk)[DT][4], const std::uint32_t (&pa)[BQ / 16][4],
                                             const std::uint32_t (&dsa)[BQ / 16][4], std::uint32_t s_do, std::uint32_t s_q) {
@@ -276,8 +271,8 @@ __device__ __forceinline__ void issue_dv_dk(float (&acc_dv)[DT][4], float (&acc_
   wgmma_fence();
 #pragma unroll
   for (int kq = 0; kq < BQ / 16; ++kq) {
-    wgmma_pv<D>(acc_dv, pa[kq], do_mn.at(kq * 2048));
-    wgmma_pv<D>(acc_dk, dsa[kq], q_mn.at(kq * 2048));
+    wgmma_pv<DT * 8>(acc_dv, pa[kq], do_mn.at(kq * 2048));
+    wgmma_pv<DT * 8>(acc_dk, dsa[kq], q_mn.at(kq * 2048));
   }
   wgmma_commit();
 }
@@ -288,23 +283,20 @@ __device__ __forceinline__ void issue_dv_dk(float (&acc_dv)[DT][4], float (&acc_
 // may load its own); per dS^T buffer and consumer `ds_full` (its 128 threads stored the tile); named barriers: the
 // second consumer's start (once, below), a consumer's dQ tile stored (dq_full) and read by the
 // copy engine (dq_empty), each with the reducing warp, and the consumers' own (the deterministic
-// turns). kConsumers: the key warpgroups (ds_full's count per buffer); the dQ named barriers are per
-// tile stream (WgmmaBackwardTraits::kDqStreams), which is the consumer where there are two.
-template <int kSlots, int kConsumers = 2>
+// turns).
+template <int kSlots>
 struct BackwardBarriers {
   std::uint32_t base;
   __device__ std::uint32_t kv() const { return base; }
   __device__ std::uint32_t full(int slot) const { return base + 8 * (1 + slot); }
   __device__ std::uint32_t free(int slot) const { return base + 8 * (1 + kSlots + slot); }
   __device__ std::uint32_t kv_free() const { return base + 8 * (1 + 2 * kSlots); }
-  __device__ std::uint32_t ds_full(int buffer, int consumer) const {
-    return base + 8 * (2 + 2 * kSlots + kConsumers * buffer + consumer);
-  }
-  static constexpr int kStagger = 1, kDsStored = 1, kAllConsumers = 6;  // kDqLate uses the one, else the other
+  __device__ std::uint32_t ds_full(int buffer, int consumer) const { return base + 8 * (2 + 2 * kSlots + 2 * buffer + consumer); }
+  static constexpr int kStagger = 1, kDsStored = 1, kConsumers = 6;  // kDqLate uses the one, else the other
   static constexpr int kRowWarpArrivals = 32;
   static constexpr int kDqHandshake = 128 + 32;  // a consumer and its reducing warp
-  __device__ static int dq_full(int stream) { return 2 + stream; }
-  __device__ static int dq_empty(int stream) { return 4 + stream; }
+  __device__ static int dq_full(int consumer) { return 2 + consumer; }
+  __device__ static int dq_empty(int consumer) { return 4 + consumer; }
   // the delta inside the main kernel (block_exact_delta): both consumers' groups stored, a
   // consumer's delta formed
   static constexpr int kDeltaGroups = 7;
@@ -325,7 +317,7 @@ struct QuerySlot {
 // consumers form the delta themselves (DeltaPass::in_main), lse only.
 template <class Traits, bool kLoadDelta>
 __device__ __forceinline__ void produce_row_values(const BackwardParams& p, typename Traits::SharedStorage& shared,
-                                                   const BackwardBarriers<Traits::kSlots, Traits::kWarpgroups>& bars, std::int64_t row_base, int qb_begin,
+                                                   const BackwardBarriers<Traits::kSlots>& bars, std::int64_t row_base, int qb_begin,
                                                    int qb_end, int position, int lane) {
   constexpr int BQ = Traits::kBlockQ;
   for (int qb = qb_begin; qb < qb_end; ++qb) {
@@ -341,9 +333,8 @@ __device__ __forceinline__ void produce_row_values(const BackwardParams& p, type
   }
 }
 
-// Producer warps 2, 3: tile stream c's dQ tiles (WgmmaBackwardTraits::kDqStreams: two consumers'
-// one per block each computes, every block at head dim 128, every other at 64; a lone consumer's dim
-// tile c of every block) added into the workspace as they are stored. The tile goes back to the
+// Producer warps 2, 3: consumer c's dQ tiles (one per block it computes: every block at head dim
+// 128, every other at 64) added into the workspace as they are stored. The tile goes back to the
 // consumer once the copy engine has read it, except after the CTA's last (last_item: the item's last
 // tile is the CTA's; the consumer waits for none after it).
 // With claims (BackwardParams::dq_first_store, [n_qblocks][D / 64] words of this (b, h)) nothing
@@ -353,7 +344,7 @@ __device__ __forceinline__ void produce_row_values(const BackwardParams& p, type
 // claim while it runs, so a wait never depends on a CTA that has not started.
 inline constexpr int kDqTileStored = 1 << 30;  // claim word: arrivals in the low bits
 template <class Traits>
-__device__ __forceinline__ void reduce_dq_tiles(const BackwardBarriers<Traits::kSlots, Traits::kWarpgroups>& bars, float* dq_head, int* claims_head,
+__device__ __forceinline__ void reduce_dq_tiles(const BackwardBarriers<Traits::kSlots>& bars, float* dq_head, int* claims_head,
                                                 std::uint32_t s_dq_c, int c, int qb_begin, int qb_end, bool last_item, int lane) {
   constexpr int BQ = Traits::kBlockQ, D = Traits::kHeadDim;
   constexpr bool kAlternate = Traits::kDqAlternate;
@@ -399,13 +390,11 @@ __device__ __forceinline__ void store_ds_pair(std::uint32_t s_ds_group, int key_
   stmatrix_x4(s_ds_group + DsTile::offset(key_row + lane % 8 + 8 * (m % 2), nq + m / 2), ds);
 }
 
-// A consumer's [64 queries, 8 NJ] FP32 dQ part -> its shared tiles in fragment order (DqFragmentOrder:
-// four conflict-free 16-byte stores per thread and 8-dim group; dims 64.. of a lone consumer's part
-// go to the next tile, 8 x 128 x 16 bytes on)
-template <int NJ>
-__device__ __forceinline__ void store_dq_part(std::uint32_t s_dq_group, const float (&acc_dq)[NJ][4], int tid) {
+// A consumer's [64 queries, 64] FP32 dQ part -> its shared tile in fragment order (DqFragmentOrder:
+// four conflict-free 16-byte stores per thread and 8-dim group)
+__device__ __forceinline__ void store_dq_part(std::uint32_t s_dq_group, const float (&acc_dq)[8][4], int tid) {
 #pragma unroll
-  for (int j = 0; j < NJ; ++j)
+  for (int j = 0; j < 8; ++j)
     asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(s_dq_group + (j * 128 + tid) * 16), "f"(acc_dq[j][0]),
                  "f"(acc_dq[j][1]), "f"(acc_dq[j][2]), "f"(acc_dq[j][3])
                  : "memory");
@@ -442,15 +431,14 @@ template <class Traits, bool kDqDirect, bool kDeltaInMain = false>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     attention_backward_wgmma_kernel(const __grid_constant__ BackwardParams p) {
   static_assert(kDqDirect || !kDeltaInMain, "the delta inside the main kernel needs every key of a row in the CTA");
-  static_assert(!kDqDirect || Traits::kWarpgroups == 2, "one key block of 128 keys: two consumers");
+  static_assert(!kDqDirect || !Traits::kDimSplit, "one key block of 128 keys: a consumer's 64 each");
   constexpr int D = Traits::kHeadDim, BQ = Traits::kBlockQ, BK = Traits::kBlockK, GK = Traits::kGroupKeys;
   constexpr int NQ = Traits::kQueryTiles, DT = Traits::kDimTiles, kSlots = Traits::kSlots;
   constexpr bool kPaper = Traits::kPaper, kAlternate = Traits::kDqAlternate, kSplitScores = Traits::kSplitScores;
   constexpr int kTile = Traits::kTile, kDsTile = Traits::kDsTile, kConsumerThreads = Traits::kConsumerThreads;
-  constexpr int kDqDims = Traits::kDqDims, kDqParts = Traits::kDqParts;
   using Tile = WgmmaTile<64, D>;
   using DsTile = WgmmaTile<64, 64>;
-  using Bars = BackwardBarriers<kSlots, Traits::kWarpgroups>;
+  using Bars = BackwardBarriers<kSlots>;
 
   extern __shared__ __align__(1024) unsigned char smem[];
   auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);
@@ -498,9 +486,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
   if (threadIdx.x == 0) {
     mbar_init(bars.kv(), 1);
-    constexpr int kConsumerWarps = 4 * Traits::kWarpgroups;
-    mbar_init(bars.kv_free(), kConsumerWarps);  // every consumer warp
-    for (int s = 0; s < kSlots; ++s) mbar_init(bars.full(s), 1 + Bars::kRowWarpArrivals), mbar_init(bars.free(s), kConsumerWarps);
+    mbar_init(bars.kv_free(), 8);  // every consumer warp
+    for (int s = 0; s < kSlots; ++s) mbar_init(bars.full(s), 1 + Bars::kRowWarpArrivals), mbar_init(bars.free(s), 8);
     if constexpr (Traits::kDqLate) {
       for (int d = 0; d < Traits::kDsBuffers; ++d)
         for (int c = 0; c < Traits::kWarpgroups; ++c) mbar_init(bars.ds_full(d, c), 128);  // every thread of consumer c
@@ -510,7 +497,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   __syncthreads();  // the last CTA-wide barrier
   if (threadIdx.x == 0) {  // inputs of the first item that the delta pass before this kernel does not write
     const BackwardItem it = item_at(blockIdx.x);
-    load_key_tiles<D, Traits::kWarpgroups>(p, s_k, s_v, it.k0, it.kv_h, it.b, bars.kv());
+    load_key_tiles<D, Traits::kKeyGroups>(p, s_k, s_v, it.k0, it.kv_h, it.b, bars.kv());
     if (it.walk() > 0) issue_query_block(it, 0, 0);
   }
   // Launched as the delta pass's programmatic dependent (launch_after_previous): delta, the dQ
@@ -531,7 +518,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           if (round > 0) {  // the first item's K, V and first block went before the dependency wait
             if (it.walk() > 0) issue(0);  // its slot frees before the last item's K, V do
             mbar_wait(bars.kv_free(), (round - 1) & 1);
-            load_key_tiles<D, Traits::kWarpgroups>(p, s_k, s_v, it.k0, it.kv_h, it.b, bars.kv());
+            load_key_tiles<D, Traits::kKeyGroups>(p, s_k, s_v, it.k0, it.kv_h, it.b, bars.kv());
           }
           for (int i = 1; i < it.walk(); ++i) issue(i);
         });
@@ -547,8 +534,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           for (int q = lane; q < min(it.qb_begin * BQ, p.q_len); q += 32) p.delta[it.row_base + q] = 0.0f;
         }
       });
-    } else if (!p.deterministic && warp - 2 < Traits::kDqStreams) {
-      const int c = warp - 2;  // the tile stream
+    } else if (!p.deterministic) {
+      const int c = warp - 2;
       for_each_item([&](const BackwardItem& it, int, int, bool last) {
         const std::int64_t pair = std::int64_t(it.b) * p.heads + it.h;
         int* claims_head = p.dq_claims ? p.dq_claims + pair * n_qblocks * (D / 64) : nullptr;
@@ -560,31 +547,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   claim_registers<Traits::kConsumerRegisters>();
 
-  const int cw = wg - 1;  // this consumer's 64 keys: k0 + 64 cw ..
+  const int cw = wg - 1;  // this consumer's 64 keys: k0 + 64 cw .. (kDimSplit: k0 .., dims 64 cw ..)
+  constexpr bool kDimSplit = Traits::kDimSplit;
+  const int own_group = kDimSplit ? 0 : cw;  // the consumer's K, V tile
   const int g = lane / 4, t = lane % 4;
-  const std::uint32_t s_k_group = s_k + cw * kTile, s_v_group = s_v + cw * kTile;
-  const std::uint32_t s_dq_group = s_dq + cw * kDqParts * Traits::kDqTile;  // the first of its streams' tiles
+  const std::uint32_t s_k_group = s_k + own_group * kTile, s_v_group = s_v + own_group * kTile;
+  // kDimSplit: the 64-dim block of dO, Q (B of dV, dK) and of dK, dV's columns this consumer computes
+  const std::uint32_t dim_block = kDimSplit ? cw * Tile::kBlockBytes : 0;
+  const int dim0 = kDimSplit ? cw * Traits::kConsumerDims : 0;
+  const std::uint32_t s_dq_group = s_dq + cw * Traits::kDqTile;
   const int key_row = warp * 16;
-  const auto consumers_sync = [] { named_barrier_sync(Bars::kAllConsumers, kConsumerThreads); };
+  const auto consumers_sync = [] { named_barrier_sync(Bars::kConsumers, kConsumerThreads); };
   int position = 0;   // of the item's first block in the slots' and the dS^T buffers' rings
-  int dq_stored = 0;  // dQ parts this consumer handed to its reducing warps
-  // A dQ part that landed (acc_dq) -> its streams' shared tiles once the copy engine has read the
-  // previous ones, then to their reducing warps (the bulk reductions, reduce_dq_tiles)
-  const auto hand_dq_to_reducers = [&](const float (&acc_dq)[kDqDims / 8][4]) {
-#pragma unroll
-    for (int x = 0; x < kDqParts; ++x)
-      if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw * kDqParts + x), Bars::kDqHandshake);  // the last tile was read
-    store_dq_part(s_dq_group, acc_dq, tid);
-    fence_proxy_async_smem();  // the copy engine reads the tiles
-#pragma unroll
-    for (int x = 0; x < kDqParts; ++x) named_barrier_arrive(Bars::dq_full(cw * kDqParts + x), Bars::kDqHandshake);
-    ++dq_stored;
-  };
+  int dq_stored = 0;  // dQ tiles this consumer handed to its reducing warp
   for (int item = blockIdx.x, round = 0; item < n_items; item = next_item(item), round += kNextRound) {
     const BackwardItem it = item_at(item);
     const int kb = it.kb, b = it.b, h = it.h, qb_begin = it.qb_begin, qb_end = it.qb_end;
     const std::int64_t row_base = it.row_base;
-    const int group_k0 = it.k0 + cw * GK;
+    const int group_k0 = it.k0 + own_group * GK;
     float* dq_head = p.dq_accum + (std::int64_t(b) * p.heads + h) * n_qblocks * BQ * D;  // fragment order
 
     float acc_dk[DT][4], acc_dv[DT][4];  // this warp's 16 keys x D
@@ -624,7 +604,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // shared as lambdas they left the head dim 128 SASS as it is but changed the register
     // allocation of the head dim 64 kernel again, which is what measured slower.
     // the dS^T buffer of walk block j (both consumers' tiles), in its ring position
-    const auto ds_buffer = [&](int j) { return s_ds + ((position + j) % Traits::kDsBuffers) * Traits::kWarpgroups * kDsTile; };
+    const auto ds_buffer = [&](int j) { return s_ds + ((position + j) % Traits::kDsBuffers) * 2 * kDsTile; };
     if constexpr (Traits::kDqLate) {
       // dQ of block j (j: the walk's index) is issued at block j + 1, behind that block's dV,
       // dK products (the last block's after the walk), so neither consumer waits for the other's dS^T
@@ -634,36 +614,43 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // at the same time. A consumer holds a [64 queries, 64] part: head dim 128 its half of the
       // dims, 64 the whole block, consumer j % 2 computing block j's.
       const auto has_dq = [&](int j) { return !kAlternate || (j & 1) == cw; };
-      const auto wait_ds = [&](int j) {  // both consumers' dS^T tiles of block j are stored
+      const auto wait_ds = [&](int j) {  // both consumers' dS^T tiles of block j are stored (kDimSplit: its own)
         const int buffer = (position + j) % Traits::kDsBuffers, use = (position + j) / Traits::kDsBuffers;
 #pragma unroll
-        for (int c = 0; c < Traits::kWarpgroups; ++c) mbar_wait(bars.ds_full(buffer, c), use & 1);
+        for (int c = 0; c < Traits::kWarpgroups; ++c)
+          if (!kDimSplit || c == cw) mbar_wait(bars.ds_full(buffer, c), use & 1);
       };
-      // dQ of block j over the CTA's keys (k-step kk: consumer kk / 4's tile), once their tiles are
-      // stored; a lone consumer's over all D dims at once (the K descriptor's leading offset steps over
-      // its 64-dim blocks)
-      const auto issue_dq = [&](int j, float (&acc_dq)[kDqDims / 8][4]) {
+      // dQ of block j over the CTA's 128 keys (k-step kk: consumer kk / 4's tile), once both tiles are
+      // stored; kDimSplit: over its 64 keys, from its own copy of the block's dS^T
+      const auto issue_dq = [&](int j, float (&acc_dq)[8][4]) {
         const int dq_tile = kAlternate ? 0 : cw;  // 64-dim tile of the block
-        const Sw128Desc ds_mn(ds_buffer(j), DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
+        const std::uint32_t s_ds_first = ds_buffer(j) + (kDimSplit ? cw * kDsTile : 0);
+        const Sw128Desc ds_mn(s_ds_first, DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
           const std::uint32_t a = (kk / 4) * kDsTile + (kk % 4) * 2048;
           const std::uint32_t b = (kk / 4) * kTile + (kk % 4) * 2048;
-          wgmma_ss<kDqDims, 1>(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
+          wgmma_ss<64, 1>(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
         }
         wgmma_commit();
       };
       // dQ of block j landed (acc_dq): to shared memory (fragment order), then to the workspace by the
       // reducing warp's bulk reduction, or in key-block order (deterministic)
-      const auto hand_dq = [&](int j, const float (&acc_dq)[kDqDims / 8][4]) {
+      const auto hand_dq = [&](int j, const float (&acc_dq)[8][4]) {
         const int qb = qb_begin + j;
         if constexpr (kDqDirect) {
           if (has_dq(j)) store_dq_direct(j, acc_dq);
           return;
         }
         if (!p.deterministic) {
-          if (has_dq(j)) hand_dq_to_reducers(acc_dq);
+          if (has_dq(j)) {
+            if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw), Bars::kDqHandshake);  // the last tile was read
+            store_dq_part(s_dq_group, acc_dq, tid);
+            fence_proxy_async_smem();  // the copy engine reads the tile
+            named_barrier_arrive(Bars::dq_full(cw), Bars::kDqHandshake);
+            ++dq_stored;
+          }
           return;
         }
         if (has_dq(j)) store_dq_part(s_dq_group, acc_dq, tid);
@@ -688,7 +675,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         pass_turn(turn, kb + 1, ctid == 0, consumers_sync);  // its barrier also ends the reads of the dQ tiles
       };
       const int n_walk = qb_end - qb_begin;
-      if (!kDeltaInMain && Traits::kWarpgroups > 1 && cw == 1 && n_walk > 0) named_barrier_sync(Bars::kStagger, kConsumerThreads);
+      if (!kDeltaInMain && cw == 1 && n_walk > 0) named_barrier_sync(Bars::kStagger, kConsumerThreads);
       // Block i of the walk; kFirst: i = 0, which has no previous block's dQ (a separate copy: with a
       // run-time condition on the dQ product ptxas serialized the head dim 128 kernel's wgmma, C7512)
       const auto walk_block = [&](int i, auto first) {
@@ -753,15 +740,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         // waited for first: a wait between the issues kept more registers live than the 240 allow)
         const bool dq_before = !kFirst && has_dq(i - 1);
         if (dq_before) wait_ds(i - 1);
-        issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
+        issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do + dim_block, s_q + dim_block);
         // The dS^T stores are read by the dQ products (async proxy) after this arrival: fenced behind
         // the dV, dK issue, which reads none of them, so that the fence's wait for the stores runs
         // beside those products instead of before them.
         fence_proxy_async_smem();
         mbar_arrive(bars.ds_full((position + i) % Traits::kDsBuffers, cw));
-        if (!kDeltaInMain && Traits::kWarpgroups > 1 && kFirst && cw == 0)
-          named_barrier_arrive(Bars::kStagger, kConsumerThreads);  // consumer 1 may start
-        float acc_dq[kDqDims / 8][4];
+        if (!kDeltaInMain && kFirst && cw == 0) named_barrier_arrive(Bars::kStagger, kConsumerThreads);  // consumer 1 may start
+        float acc_dq[8][4];
         if (dq_before) issue_dq(i - 1, acc_dq);
         wgmma_wait_all();  // pa and dsa are read asynchronously: keep them until here
         fence_registers(pa);
@@ -773,7 +759,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if (n_walk > 0) walk_block(0, std::true_type{});
       for (int i = 1; i < n_walk; ++i) walk_block(i, std::false_type{});
       if (n_walk > 0) {  // the last block's dQ
-        float acc_dq[kDqDims / 8][4];
+        float acc_dq[8][4];
         if (has_dq(n_walk - 1)) {
           wait_ds(n_walk - 1);
           issue_dq(n_walk - 1, acc_dq);
@@ -824,7 +810,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         if constexpr (kDeltaInMain) pack_probs(st, pa);
 
         // ---- dV += BF16(P)^T dO, dK += BF16(dS)^T Q
-        issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do, s_q);
+        issue_dv_dk<D, BQ>(acc_dv, acc_dk, pa, dsa, s_do + dim_block, s_q + dim_block);
         fence_proxy_async_smem();  // the dS^T stores are read by wgmma after the barrier below (fenced as above)
         named_barrier_sync(Bars::kDsStored, kConsumerThreads);  // dS^T tiles complete
 
@@ -832,7 +818,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         // in consumer kk / 4's tiles): dims 64 cw.. (128), or all dims if this consumer owns the block (64)
         const bool has_dq = !kAlternate || (i & 1) == cw;
         const int dq_tile = kAlternate ? 0 : cw;  // 64-dim tile of the block
-        float acc_dq[kDqDims / 8][4];
+        float acc_dq[8][4];
         if (has_dq) {
           const Sw128Desc ds_mn(s_ds_buf, DsTile::kBlockBytes, 1024), k_mn(s_k + dq_tile * Tile::kBlockBytes, Tile::kBlockBytes, 1024);
           wgmma_fence();
@@ -840,7 +826,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
           for (int kk = 0; kk < BK / 16; ++kk) {
             const std::uint32_t a = (kk / 4) * kDsTile + (kk % 4) * 2048;
             const std::uint32_t b = (kk / 4) * kTile + (kk % 4) * 2048;
-            wgmma_ss<kDqDims, 1>(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
+            wgmma_ss<64, 1>(acc_dq, ds_mn.at(a), k_mn.at(b), kk > 0);
           }
           wgmma_commit();
         }
@@ -855,7 +841,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
         if constexpr (kDqDirect) {
           if (has_dq) store_dq_direct(i, acc_dq);
         } else if (!p.deterministic) {
-          if (has_dq) hand_dq_to_reducers(acc_dq);
+          if (has_dq) {
+            if (dq_stored > 0) named_barrier_sync(Bars::dq_empty(cw), Bars::kDqHandshake);  // the last tile was read
+            store_dq_part(s_dq_group, acc_dq, tid);
+            fence_proxy_async_smem();  // the copy engine reads the tile
+            named_barrier_arrive(Bars::dq_full(cw), Bars::kDqHandshake);
+            ++dq_stored;
+          }
         } else {
           if (has_dq) {
             store_dq_part(s_dq_group, acc_dq, tid);
@@ -886,7 +878,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     fence_registers(acc_dk);
     fence_registers(acc_dv);
 
-    store_dk_dv<kPaper>(p, b, h, group_k0 + key_row + g, t, acc_dk, acc_dv);
+    store_dk_dv<kPaper>(p, b, h, group_k0 + key_row + g, t, acc_dk, acc_dv, dim0);
     position += kNextRound * (qb_end - qb_begin);
   }
 }

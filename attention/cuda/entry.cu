@@ -237,7 +237,7 @@ void execute_backward(const BackwardArgs& a, const AttentionOptions& opt, const 
   p.dq_direct = plan.dq_direct ? 1 : 0;
   p.delta_in_main = plan.delta == DeltaPass::in_main ? 1 : 0;
   p.main_ctas = plan.main_ctas;
-  p.key_consumers = plan.key_consumers;
+  p.key_groups = plan.key_groups;
   p.dq_semaphore = w.semaphores ? reinterpret_cast<int*>(ws + w.at_semaphores) : nullptr;
   p.dq_first_store = plan.dq_first_store ? 1 : 0;
   p.dq_claims = w.claims ? reinterpret_cast<int*>(ws + w.at_claims) : nullptr;

@@ -93,7 +93,7 @@ struct BackwardParams {
   // with dq_direct): its own instantiation, no delta pass before it.
   int delta_in_main;
   int main_ctas;  // BackwardPlan::main_ctas: the main kernel's grid where > 0, else a CTA per item
-  int key_consumers;  // BackwardPlan::key_consumers: the main kernel's key warpgroups (64 keys each) per CTA
+  int key_groups;  // BackwardPlan::key_groups: 64-key groups per CTA of the main kernel (2, or 1 on small grids)
   // The part of the workspace the main kernel needs zero (the dQ tile claims or turn counters; the
   // accumulator too where dq_first_store is off, as in the kernel lab), in 16-byte words, that
   // delta_from_output_kernel clears beside its own work: the same bytes as a memset before it, but

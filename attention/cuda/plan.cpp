@@ -263,12 +263,13 @@ static_assert(kAutoExactMaxKeys == kBackwardBlockK, "auto's exact range is the b
 
 bool backward_spreads_keys_over_sms(const AttentionShape& s, const AttentionOptions& opt, int sms) {
   if (sms <= 0 || opt.deterministic || s.head_dim != 128 || blocks(s.k_len, kBackwardBlockK) == 1) return false;
-  // 64-key items, one CTA an SM at most (~150 KB of shared memory). One consumer does about half a
-  // two-consumer CTA's work an SM (it has no second warpgroup to overlap its P, dS arithmetic with),
-  // so it pays where 128-key items leave half the SMs idle or more, and measured (H100, 64-128
-  // items of 64 keys, docs/benchmarks.md): causal +1-14% over 7 grids of up to `sms` items; full
-  // +7-10% up to 96 items, but 0.86-1.02x at 128, where many CTAs of one head add into the same dQ
-  // tiles in step. Head dim 64 measured slower at every grid (0.37-1.0x).
+  // 64-key items, one CTA an SM at most (~176 KB of shared memory). Both consumers compute the items'
+  // S^T, dP^T, P and dS (1.4x a 128-key item's products per key), so a 64-key CTA does about 0.6 of a
+  // 128-key one's work an SM: it pays where 128-key items leave half the SMs idle or more, and measured
+  // (H100, docs/benchmarks.md): causal +4-20% over 8 grids of up to `sms` items of 64 keys; full
+  // +8-13% up to 96, but 0.75-1.03x at 128, where many CTAs of one head add into the same dQ tiles in
+  // step. Head dim 64 would split 64 dims into dQ tiles of 32: not built (one consumer a CTA was no
+  // faster there at any grid).
   const std::int64_t items64 = blocks(s.k_len, kBackwardBlockK / 2) * std::int64_t(s.batch) * s.heads;
   return opt.causal ? items64 <= sms : 4 * items64 <= 3 * std::int64_t(sms);
 }
@@ -292,7 +293,7 @@ BackwardPlan plan_backward(const BackwardArgs& a, const AttentionOptions& opt, b
   // at 128 and nothing measurable at 256 (-0.1 / -1.4%, docs/benchmarks.md)
   constexpr int kPersistentMaxWalk = 128;
   if (sms > 0 && s.head_dim == 128 && !opt.causal && !plan.dq_direct && items > sms && q_walk <= kPersistentMaxWalk) plan.main_ctas = sms;
-  if (backward_spreads_keys_over_sms(s, opt, sms)) plan.key_consumers = 1, plan.main_ctas = 0;
+  if (backward_spreads_keys_over_sms(s, opt, sms)) plan.key_groups = 1, plan.main_ctas = 0;
   settle_backward_plan(plan, a, opt);
   return plan;
 }

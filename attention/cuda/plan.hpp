@@ -128,16 +128,16 @@ struct BackwardPlan {
   // are all alike; causal ones differ in length, and there the hardware's CTA scheduler balances
   // them as they end.
   int main_ctas = 0;
-  // Key warpgroups of 64 keys per CTA of the main kernel: 2 (128-key items), or 1 (64-key items,
-  // twice the CTAs) on head dim 128 grids whose 128-key items would leave half the SMs idle or more
-  // (backward_spreads_keys_over_sms). A consumer's dK, dV bits are the same either way.
-  int key_consumers = 2;
+  // 64-key groups per CTA of the main kernel: 2 (128-key items, a consumer's 64 keys each), or 1
+  // (64-key items, twice the CTAs, both consumers on the same keys, each with half the dims of dK, dV
+  // and dQ) on head dim 128 grids whose 128-key items would leave half the SMs idle or more
+  // (backward_spreads_keys_over_sms). dK, dV have the same bits either way.
+  int key_groups = 2;
   BackwardWorkspace workspace;
 };
 
 // Head dim 128 grids of few 128-key items (batch x heads x key blocks), which fill at most half the
-// `sms` SMs with one CTA each: 64-key CTAs of one consumer spread over them instead
-// (BackwardPlan::key_consumers; causal: up to one an SM, full: up to 3/4 of the SMs). Not in
+// `sms` SMs with one CTA each: 64-key CTAs spread over them instead (BackwardPlan::key_groups). Not in
 // deterministic mode, whose dQ sum over key blocks would then change bits with the grid, nor with
 // one key block (dq_direct: its CTA stores dQ itself). plan.cpp has the measurements.
 bool backward_spreads_keys_over_sms(const AttentionShape& shape, const AttentionOptions& options, int sms);

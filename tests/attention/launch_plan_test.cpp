@@ -280,28 +280,28 @@ TEST(LaunchPlan, BackwardSmallGridsTakeOneKeyConsumerAtHeadDim128) {
   AttentionOptions opt;
   opt.device = Device::cuda;
   const int sms = 132;
-  const auto consumers = [&](AttentionShape s, bool causal, int with_sms = 132) {
+  const auto groups = [&](AttentionShape s, bool causal, int with_sms = 132) {
     opt.causal = causal;
-    return plan_backward(backward_args(s), opt, true, with_sms).key_consumers;
+    return plan_backward(backward_args(s), opt, true, with_sms).key_groups;
   };
-  EXPECT_EQ(consumers({1, 1, 8192, 8192, 128}, true), 1) << "causal, 128 items of 64 keys";
-  EXPECT_EQ(consumers({1, 2, 4224, 4224, 128}, true), 1) << "causal, 132";
-  EXPECT_EQ(consumers({1, 2, 4225, 4225, 128}, true), 2) << "causal, 134";
-  EXPECT_EQ(consumers({1, 16, 384, 384, 128}, false), 1) << "full, 96";
-  EXPECT_EQ(consumers({1, 1, 6336, 6336, 128}, false), 1) << "full, 99";
-  EXPECT_EQ(consumers({1, 1, 6337, 6337, 128}, false), 2) << "full, 100";
-  EXPECT_EQ(consumers({1, 1, 8192, 8192, 128}, false), 2) << "full, 128";
-  EXPECT_EQ(consumers({2, 16, 384, 384, 128}, true), 2) << "192";
-  EXPECT_EQ(consumers({1, 16, 128, 128, 128}, true), 2) << "one key block";
-  EXPECT_EQ(consumers({1, 1, 4096, 4096, 128}, true, 0), 2) << "no SM count";
-  EXPECT_EQ(consumers({1, 1, 4096, 4096, 64}, true), 2) << "head dim 64";
+  EXPECT_EQ(groups({1, 1, 8192, 8192, 128}, true), 1) << "causal, 128 items of 64 keys";
+  EXPECT_EQ(groups({1, 2, 4224, 4224, 128}, true), 1) << "causal, 132";
+  EXPECT_EQ(groups({1, 2, 4225, 4225, 128}, true), 2) << "causal, 134";
+  EXPECT_EQ(groups({1, 16, 384, 384, 128}, false), 1) << "full, 96";
+  EXPECT_EQ(groups({1, 1, 6336, 6336, 128}, false), 1) << "full, 99";
+  EXPECT_EQ(groups({1, 1, 6337, 6337, 128}, false), 2) << "full, 100";
+  EXPECT_EQ(groups({1, 1, 8192, 8192, 128}, false), 2) << "full, 128";
+  EXPECT_EQ(groups({2, 16, 384, 384, 128}, true), 2) << "192";
+  EXPECT_EQ(groups({1, 16, 128, 128, 128}, true), 2) << "one key block";
+  EXPECT_EQ(groups({1, 1, 4096, 4096, 128}, true, 0), 2) << "no SM count";
+  EXPECT_EQ(groups({1, 1, 4096, 4096, 64}, true), 2) << "head dim 64";
   opt.causal = true;
   const BackwardArgs small = backward_args({1, 1, 8192, 8192, 128});
   const BackwardPlan one = plan_backward(small, opt, true, sms);
   EXPECT_EQ(one.main_ctas, 0);
   EXPECT_EQ(one.workspace.total, plan_backward(small, opt, true, 0).workspace.total);
   opt.deterministic = true;
-  EXPECT_EQ(plan_backward(small, opt, true, sms).key_consumers, 2) << "deterministic: dQ's key-block order";
+  EXPECT_EQ(plan_backward(small, opt, true, sms).key_groups, 2) << "deterministic: dQ's key-block order";
 }
 
 TEST(LaunchPlan, BackwardDeltaPassAndWorkspace) {

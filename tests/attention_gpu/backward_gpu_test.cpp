@@ -83,12 +83,12 @@ std::vector<BwdCase> backward_cases() {
   // eleven blocks over two key blocks (200 items)
   out.push_back({1, 100, 64, 300, 128, false, bthd, DeltaSource::compensated, false, 1.0});
   out.push_back({1, 100, 700, 200, 128, false, bhtd, DeltaSource::compensated, false, 1.0});
-  // Small grids at head dim 128 take 64-key CTAs of one consumer (BackwardPlan::key_consumers), as
+  // Small grids at head dim 128 take 64-key CTAs (BackwardPlan::key_groups), as
   // the D = 128 cases above do outside deterministic mode; these with a partial last key block and
   // Tq < Tk causal, walks of three query blocks (the slots reused) and of two (in the sanitizers'
   // set: racecheck reports the slots' hand-over by one lane a warp as a race, docs/benchmarks.md).
-  // Two consumers at D = 128 outside deterministic mode, causal (the stagger, the first block left
-  // out on the diagonal): a grid of more than one 64-key CTA an SM.
+  // 128-key CTAs at D = 128 outside deterministic mode, causal (the first block left out on the
+  // diagonal by consumer 1): a grid of more than one 64-key CTA an SM.
   out.push_back({1, 2, 190, 260, 128, true, bhtd, DeltaSource::compensated, false, 1.0});
   out.push_back({1, 2, 128, 260, 128, true, bthd, DeltaSource::compensated, false, 1.0});
   out.push_back({2, 40, 300, 300, 128, true, bhtd, DeltaSource::compensated, false, 1.0});
@@ -178,19 +178,20 @@ int device_sms() {
   return sms;
 }
 
-// The key consumers the plan gives a backward of `s` on this device (plan_backward, as
+// The 64-key groups per CTA the plan gives a backward of `s` on this device (plan_backward, as
 // attention_backward asks it).
-int key_consumers_of(const AttentionShape& s, const AttentionOptions& opt) {
+int key_groups_of(const AttentionShape& s, const AttentionOptions& opt) {
   BackwardArgs a;
   a.shape = s;
-  return cuda::plan_backward(a, opt.for_shape(s), /*with_gradients=*/true, device_sms()).key_consumers;
+  return cuda::plan_backward(a, opt.for_shape(s), /*with_gradients=*/true, device_sms()).key_groups;
 }
 
-// A head's dK and dV do not depend on its batch: alone, its 64-key blocks take one consumer each
-// (a small grid, head dim 128), in a batch of 140 heads two consumers share a CTA's 128 keys, and
-// each consumer walks the same query blocks in the same order either way. dQ adds the two 64-key
-// halves of a key block separately then (its bits depend on the arrival order of key blocks
-// anyway): checked against the bound. Causal and full, a partial last key block.
+// A head's dK and dV do not depend on its batch: alone (a small grid, head dim 128) its CTAs take 64
+// keys, both consumers on the same keys with half the dims each; in a batch of 140 heads a CTA takes
+// 128 keys, a consumer's 64 with all dims. Each dK, dV element sums the same products over the same
+// query blocks in the same order either way. dQ adds the two 64-key halves of a key block
+// separately then (its bits depend on the arrival order of key blocks anyway): checked against the
+// bound. Causal and full, a partial last key block.
 TEST(BackwardGpu, KeyGradientsOfAHeadAreTheBitsItGetsAlone) {
   SF_REQUIRE_GPU();
   const int dim = 128;
@@ -201,8 +202,8 @@ TEST(BackwardGpu, KeyGradientsOfAHeadAreTheBitsItGetsAlone) {
     opt.causal = causal, opt.delta_source = DeltaSource::compensated;
     const std::string name = causal ? "causal" : "full";
     const AttentionShape alone_shape{1, 1, s.q_len, s.k_len, dim};
-    ASSERT_EQ(key_consumers_of(s, opt), 2) << name << ": the batch's plan";
-    ASSERT_EQ(key_consumers_of(alone_shape, opt), 1) << name << ": one head's plan";
+    ASSERT_EQ(key_groups_of(s, opt), 2) << name << ": the batch's plan";
+    ASSERT_EQ(key_groups_of(alone_shape, opt), 1) << name << ": one head's plan";
     const Outputs all = run_gpu(in, opt, /*backward=*/true);
     const std::size_t head = std::size_t(s.q_len) * dim;
     for (int bh : {0, 69, 70, 139}) {  // both batches, first and last heads

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
                                               "advance), wgmma-ws-tiles (one CTA per tile), wgmma-ws-2c / "
                                               "wgmma-ws-3c (two / three consumers at D = 64), wgmma-ws-1c (one consumer, both head dims)")
       ->capture_default_str();
-  app.add_option("--backward-kernel", backward, "production, mma (mma.sync), wgmma-dqwg (a third warpgroup for dQ), wgmma-1c / wgmma-2c (production with one / two key consumers)")->capture_default_str();
+  app.add_option("--backward-kernel", backward, "production, mma (mma.sync), wgmma-dqwg (a third warpgroup for dQ), wgmma-64k / wgmma-128k (production with 64- / 128-key CTAs)")->capture_default_str();
   bool backward_parts = false;
   std::string parts_shapes = "16x12x1024x64,8x16x4096x128,3x5x333x64,2x3x100x128";
   int parts_repeats = 20;

@@ -26,8 +26,8 @@ std::optional<BackwardChoice> parse_backward_choice(std::string_view name) {
   if (name == "production") return BackwardChoice::production;
   if (name == "mma") return BackwardChoice::mma_sync;
   if (name == "wgmma-dqwg") return BackwardChoice::dq_warpgroup;
-  if (name == "wgmma-1c") return BackwardChoice::one_consumer;
-  if (name == "wgmma-2c") return BackwardChoice::two_consumers;
+  if (name == "wgmma-64k") return BackwardChoice::keys64;
+  if (name == "wgmma-128k") return BackwardChoice::keys128;
   return std::nullopt;
 }
 std::string to_string(ForwardChoice c) {
@@ -49,8 +49,8 @@ std::string to_string(BackwardChoice c) {
   switch (c) {
     case BackwardChoice::mma_sync: return "mma";
     case BackwardChoice::dq_warpgroup: return "wgmma-dqwg";
-    case BackwardChoice::one_consumer: return "wgmma-1c";
-    case BackwardChoice::two_consumers: return "wgmma-2c";
+    case BackwardChoice::keys64: return "wgmma-64k";
+    case BackwardChoice::keys128: return "wgmma-128k";
     case BackwardChoice::production: break;
   }
   return "production";
@@ -96,14 +96,14 @@ void backward_with(BackwardChoice choice, const BackwardArgs& a, const Attention
   const AttentionOptions opt = options.for_shape(a.shape);  // as each production entry point does
   check_supported_args(a, opt);
   if (!a.dq || !a.dk || !a.dv) throw std::invalid_argument("attention_backward: dq, dk and dv outputs are required");
-  if (choice == BackwardChoice::one_consumer || choice == BackwardChoice::two_consumers) {
+  if (choice == BackwardChoice::keys64 || choice == BackwardChoice::keys128) {
     BackwardPlan plan = plan_backward(a, opt, /*with_gradients=*/true, multiprocessors());
-    if (choice == BackwardChoice::one_consumer) {
-      if (opt.deterministic || plan.dq_direct)
-        throw std::invalid_argument("kernel lab wgmma-1c backward: not deterministic and more than one 128-key block (production's rule)");
-      plan.key_consumers = 1, plan.main_ctas = 0;
-    } else if (plan.key_consumers == 1) {
-      plan.key_consumers = 2;  // a grid of at most one 64-key CTA an SM: no persistent grid either
+    if (choice == BackwardChoice::keys64) {
+      if (opt.deterministic || plan.dq_direct || plan.head_dim != 128)
+        throw std::invalid_argument("kernel lab wgmma-64k backward: head dim 128, not deterministic, more than one 128-key block (production's rule)");
+      plan.key_groups = 1, plan.main_ctas = 0;
+    } else if (plan.key_groups == 1) {
+      plan.key_groups = 2;  // a grid of at most one 64-key CTA an SM: no persistent grid either
     }
     execute_backward(a, opt, plan, [&](const BackwardParams& p, cudaStream_t stream) {
       with_kernels(plan.head_dim, plan.paper, [&]<int D, bool kPaper>() { launch_backward_main<D, kPaper>(p, stream); });

@@ -28,13 +28,13 @@ enum class BackwardChoice {
   production,  // the wgmma backward
   mma_sync,    // lab/backward_mma_kernel.cuh: FlashAttention-2 style, row-major dQ workspace
   dq_warpgroup,  // lab/backward_dqwg_kernel.cuh: the wgmma backward with a third warpgroup for dQ
-  one_consumer,   // production's with the plan's key consumers forced to 1 (64-key CTAs; not deterministic)
-  two_consumers,  // ... forced to 2 (128-key CTAs, no persistent grid where the plan would take one consumer)
+  keys64,   // production's with the plan's key groups forced to 1 (64-key CTAs; head dim 128, not deterministic)
+  keys128,  // ... forced to 2 (128-key CTAs, no persistent grid where the plan would take 64-key ones)
 };
 
 // Names: production, mma, wgmma-1wg, wgmma-serial (the former STABLEFLASH_FORWARD_KERNEL values),
 // wgmma-ws, wgmma-ws-rounds, wgmma-ws-tiles, wgmma-ws-2c, wgmma-ws-3c; production, mma
-// (STABLEFLASH_BACKWARD_KERNEL), wgmma-dqwg, wgmma-1c, wgmma-2c.
+// (STABLEFLASH_BACKWARD_KERNEL), wgmma-dqwg, wgmma-64k, wgmma-128k.
 std::optional<ForwardChoice> parse_forward_choice(std::string_view name);
 std::optional<BackwardChoice> parse_backward_choice(std::string_view name);
 std::string to_string(ForwardChoice c);
