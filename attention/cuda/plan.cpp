@@ -263,7 +263,7 @@ static_assert(kAutoExactMaxKeys == kBackwardBlockK, "auto's exact range is the b
 
 bool backward_spreads_keys_over_sms(const AttentionShape& s, const AttentionOptions& opt, int sms) {
   if (sms <= 0 || opt.deterministic || s.head_dim != 128 || blocks(s.k_len, kBackwardBlockK) == 1) return false;
-  // 64-key items, one CTA an SM at most (~176 KB of shared memory). Both consumers compute the items'
+  // 64-key items, one CTA an SM at most (177 KB of shared memory). Both consumers compute the items'
   // S^T, dP^T, P and dS (1.4x a 128-key item's products per key), so a 64-key CTA does about 0.6 of a
   // 128-key one's work an SM: it pays where 128-key items leave half the SMs idle or more, and measured
   // (H100, docs/benchmarks.md): causal +4-20% over 8 grids of up to `sms` items of 64 keys; full
