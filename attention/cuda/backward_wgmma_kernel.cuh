@@ -567,7 +567,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int group_k0 = it.k0 + own_group * GK;
     float* dq_head = p.dq_accum + (std::int64_t(b) * p.heads + h) * n_qblocks * BQ * D;  // fragment order
 
-    float acc_dk[DT][4], acc_dv[DT][4];  // this warp's 16 keys x D
+    float acc_dk[DT][4], acc_dv[DT][4];  // this warp's 16 keys x its dims (all D, or half: kDimSplit)
 #pragma unroll
     for (int nd = 0; nd < DT; ++nd)
 #pragma unroll
