@@ -273,10 +273,10 @@ TEST(LaunchPlan, BackwardPersistentGridOnlyForFullAttentionWithMoreItemsThanSms)
   EXPECT_EQ(plan_backward(backward_args({2, 16, 8193, 8193, 128}), opt, true, sms).main_ctas, 0) << "129 query blocks a walk";
 }
 
-// Head dim 128 grids of few 64-key items take 64-key CTAs of one consumer (twice the CTAs of the
-// 128-key items): causal up to one an SM, full up to 3/4 of the SMs; outside deterministic mode and
-// with several key blocks; the workspace is the same either way
-TEST(LaunchPlan, BackwardSmallGridsTakeOneKeyConsumerAtHeadDim128) {
+// Head dim 128 grids of few 64-key items take 64-key CTAs (twice the CTAs of the 128-key items):
+// causal up to one an SM, full up to 3/4 of the SMs; outside deterministic mode and with several key
+// blocks; the workspace is the same either way
+TEST(LaunchPlan, BackwardSmallGridsTakeSixtyFourKeyCtasAtHeadDim128) {
   AttentionOptions opt;
   opt.device = Device::cuda;
   const int sms = 132;

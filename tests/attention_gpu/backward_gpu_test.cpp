@@ -161,16 +161,8 @@ TEST(BackwardGpu, AutoGivesTheBitsOfTheSourceItResolvesTo) {
     }
 }
 
-// A caller's workspace (BackwardArgs::workspace) need not be zero: the backward clears the dQ tile
-// claims and the turn counters itself (the δ pass from the output clears them beside its own work,
-// the `exact` δ path by a memset), and never reads an accumulator tile before its first key block
-// stored it (a tile no key block reaches, causal with Tq > Tk, converts to 0). A workspace of 0xff
-// bytes (NaN floats; turn counters and claims of -1, which a missed clear would leave deterministic
-// mode waiting on forever, so the suite's timeout fails it) must give the gradients of a call on a
-// fresh pool allocation: dK, dV and deterministic
-// dQ bit for bit; non-deterministic dQ (its FP32 parts added in arrival order, so its last bits vary
-// between runs) within the fused bound of the FP64 reference. Twice on the same workspace, so the
-// second call also starts from what the first left.
+// The current device's SM count, which attention_backward gives plan_backward (launch.hpp's
+// multiprocessors()).
 int device_sms() {
   int device = 0, sms = 0;
   EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
@@ -223,6 +215,16 @@ TEST(BackwardGpu, KeyGradientsOfAHeadAreTheBitsItGetsAlone) {
   }
 }
 
+// A caller's workspace (BackwardArgs::workspace) need not be zero: the backward clears the dQ tile
+// claims and the turn counters itself (the δ pass from the output clears them beside its own work,
+// the `exact` δ path by a memset), and never reads an accumulator tile before its first key block
+// stored it (a tile no key block reaches, causal with Tq > Tk, converts to 0). A workspace of 0xff
+// bytes (NaN floats; turn counters and claims of -1, which a missed clear would leave deterministic
+// mode waiting on forever, so the suite's timeout fails it) must give the gradients of a call on a
+// fresh pool allocation: dK, dV and deterministic
+// dQ bit for bit; non-deterministic dQ (its FP32 parts added in arrival order, so its last bits vary
+// between runs) within the fused bound of the FP64 reference. Twice on the same workspace, so the
+// second call also starts from what the first left.
 TEST(BackwardGpu, WorkspaceNeedNotBeZero) {
   SF_REQUIRE_GPU();
   struct Case {
