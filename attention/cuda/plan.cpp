@@ -261,8 +261,12 @@ ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int 
 // (DeltaPass::in_main; attention.hpp)
 static_assert(kAutoExactMaxKeys == kBackwardBlockK, "auto's exact range is the backward's one key block");
 
+bool backward_has_64_key_ctas(const AttentionShape& s, const AttentionOptions& opt) {
+  return !opt.deterministic && s.head_dim == 128 && blocks(s.k_len, kBackwardBlockK) > 1;
+}
+
 bool backward_spreads_keys_over_sms(const AttentionShape& s, const AttentionOptions& opt, int sms) {
-  if (sms <= 0 || opt.deterministic || s.head_dim != 128 || blocks(s.k_len, kBackwardBlockK) == 1) return false;
+  if (sms <= 0 || !backward_has_64_key_ctas(s, opt)) return false;
   // 64-key items, one CTA an SM at most (177 KB of shared memory). Both consumers compute the items'
   // S^T, dP^T, P and dS (1.4x a 128-key item's products per key), so a 64-key CTA does about 0.6 of a
   // 128-key one's work an SM: it pays where 128-key items leave half the SMs idle or more, and measured

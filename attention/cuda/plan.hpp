@@ -136,10 +136,13 @@ struct BackwardPlan {
   BackwardWorkspace workspace;
 };
 
-// Head dim 128 grids of few 128-key items (batch x heads x key blocks), which fill at most half the
-// `sms` SMs with one CTA each: 64-key CTAs spread over them instead (BackwardPlan::key_groups). Not in
-// deterministic mode, whose dQ sum over key blocks would then change bits with the grid, nor with
-// one key block (dq_direct: its CTA stores dQ itself). plan.cpp has the measurements.
+// Whether a backward call can take 64-key CTAs (BackwardPlan::key_groups = 1) at all: head dim 128,
+// not in deterministic mode, whose dQ sum over key blocks would then change bits with the grid, and
+// more than one 128-key block (with one, dq_direct: its CTA stores dQ itself).
+bool backward_has_64_key_ctas(const AttentionShape& shape, const AttentionOptions& options);
+// ... and whether it takes them: grids of few 128-key items (batch x heads x key blocks), which fill
+// at most half the `sms` SMs with one CTA each, where 64-key CTAs spread over them instead. plan.cpp
+// has the measurements.
 bool backward_spreads_keys_over_sms(const AttentionShape& shape, const AttentionOptions& options, int sms);
 
 // The plan of a backward (with_gradients) or attention_delta call (without: no workspace, and the

@@ -12,7 +12,8 @@
 #include <string>
 
 #include "gpu_support.hpp"
-#include "plan.hpp"  // cuda::kBackwardBlockK
+#include "launch.hpp"  // cuda::multiprocessors
+#include "plan.hpp"    // cuda::kBackwardBlockK, cuda::plan_backward
 
 namespace stableflash::attention::gpu_test {
 namespace {
@@ -161,21 +162,12 @@ TEST(BackwardGpu, AutoGivesTheBitsOfTheSourceItResolvesTo) {
     }
 }
 
-// The current device's SM count, which attention_backward gives plan_backward (launch.hpp's
-// multiprocessors()).
-int device_sms() {
-  int device = 0, sms = 0;
-  EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
-  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
-  return sms;
-}
-
-// The 64-key groups per CTA the plan gives a backward of `s` on this device (plan_backward, as
-// attention_backward asks it).
+// The 64-key groups per CTA the plan gives a backward of `s` on this device (plan_backward with the
+// device's SM count, as attention_backward asks it).
 int key_groups_of(const AttentionShape& s, const AttentionOptions& opt) {
   BackwardArgs a;
   a.shape = s;
-  return cuda::plan_backward(a, opt.for_shape(s), /*with_gradients=*/true, device_sms()).key_groups;
+  return cuda::plan_backward(a, opt.for_shape(s), /*with_gradients=*/true, cuda::multiprocessors()).key_groups;
 }
 
 // A head's dK and dV do not depend on its batch: alone (a small grid, head dim 128) its CTAs take 64

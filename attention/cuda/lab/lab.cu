@@ -99,7 +99,7 @@ void backward_with(BackwardChoice choice, const BackwardArgs& a, const Attention
   if (choice == BackwardChoice::keys64 || choice == BackwardChoice::keys128) {
     BackwardPlan plan = plan_backward(a, opt, /*with_gradients=*/true, multiprocessors());
     if (choice == BackwardChoice::keys64) {
-      if (opt.deterministic || plan.dq_direct || plan.head_dim != 128)
+      if (!backward_has_64_key_ctas(a.shape, opt))
         throw std::invalid_argument("kernel lab wgmma-64k backward: head dim 128, not deterministic, more than one 128-key block (production's rule)");
       plan.key_groups = 1, plan.main_ctas = 0;
     } else if (plan.key_groups == 1) {
