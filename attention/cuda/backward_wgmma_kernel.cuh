@@ -161,10 +161,42 @@ struct BackwardCtaOrder {
 // the query blocks that see it, [qb_begin, qb_end). Items go in BackwardCtaOrder's order; a grid of
 // fewer CTAs than items (the persistent grid, BackwardPlan::main_ctas) has each CTA take every
 // gridDim.x-th.
+//
+// The walk's order (block(i): the query block of walk index i): in full attention outside
+// deterministic mode, the walk of the head's r-th 128 keys starts at block qb_begin + r x walk / (the
+// head's 128-key blocks) and wraps around. Unrotated, every key block of a head starts at block 0
+// together and walks in step with the others, so each dQ tile gets all their reductions (and the
+// claims' waits for its first store) at once: 128 CTAs of one head (1 x 1 x 8,192 keys in 64-key
+// CTAs) measured 0.75x the 128-key CTAs for that alone (docs/benchmarks.md). Counted in 128-key
+// units, so that a head's 64-key CTAs (BackwardPlan::key_groups) walk their keys in the 128-key
+// CTA's order and keep its dK, dV bits. Causal walks start at their own diagonals already;
+// deterministic mode adds dQ in key-block order, where a rotated walk would wait for every block
+// before it. Only the producers follow the order (the copies, row values and dQ reductions); the
+// consumers take the blocks as the slots bring them, needing a block's index only for the causal
+// mask and the deterministic turns.
+// kMayRotate false (one key block: the kDqDirect kernels) keeps the plain walk at compile time.
+template <bool kMayRotate>
+struct QueryWalk {
+  int begin, count, start;
+  __device__ int block(int i) const {
+    if constexpr (!kMayRotate) return begin + i;
+    const int r = start + i;
+    return begin + (r >= count ? r - count : r);
+  }
+};
 struct BackwardItem {
   int kb, b, h, kv_h, k0, qb_begin, qb_end;
   std::int64_t row_base;  // of the pair's lse and delta rows
   __device__ int walk() const { return qb_end - qb_begin; }
+  template <bool kMayRotate>
+  __device__ QueryWalk<kMayRotate> order(const BackwardParams& p) const {
+    if constexpr (!kMayRotate) return {qb_begin, walk(), 0};
+    const unsigned blocks128 = (unsigned(p.k_len) + 127) / 128, count = walk();
+    if (p.causal || p.deterministic || blocks128 < 2 || count == 0) return {qb_begin, int(count), 0};
+    // (k0 / 128) / blocks128 of the way, in 32 bits: exact below 2^32 / (blocks128 x count), i.e.
+    // Tk x Tq < 2^45; past that only the spread changes, and % keeps it a block of the walk
+    return {qb_begin, int(count), int(unsigned(k0 / 128) * count / blocks128 % count)};
+  }
   template <int BK, int BQ>
   __device__ static BackwardItem at(const BackwardParams& p, const BackwardCtaOrder& order, int item, int n_qblocks) {
     BackwardItem it;
@@ -315,13 +347,14 @@ struct QuerySlot {
 // Producer warp 1: lse and delta of the CTA's query blocks into their slots, a block ahead of the
 // consumers (rows past Tq: lse = +inf, so P = 0 there, and delta = 0). kLoadDelta false: the
 // consumers form the delta themselves (DeltaPass::in_main), lse only.
-template <class Traits, bool kLoadDelta>
+template <class Traits, bool kLoadDelta, bool kMayRotate>
 __device__ __forceinline__ void produce_row_values(const BackwardParams& p, typename Traits::SharedStorage& shared,
-                                                   const BackwardBarriers<Traits::kSlots>& bars, std::int64_t row_base, int qb_begin,
-                                                   int qb_end, int position, int lane) {
+                                                   const BackwardBarriers<Traits::kSlots>& bars, std::int64_t row_base,
+                                                   QueryWalk<kMayRotate> walk, int position, int lane) {
   constexpr int BQ = Traits::kBlockQ;
-  for (int qb = qb_begin; qb < qb_end; ++qb) {
-    const QuerySlot<Traits::kSlots> at(position + qb - qb_begin);
+  for (int i = 0; i < walk.count; ++i) {
+    const int qb = walk.block(i);
+    const QuerySlot<Traits::kSlots> at(position + i);
     if (at.use > 0) mbar_wait(bars.free(at.slot), (at.use - 1) & 1);
 #pragma unroll
     for (int r = lane; r < BQ; r += 32) {
@@ -343,14 +376,15 @@ __device__ __forceinline__ void produce_row_values(const BackwardParams& p, type
 // kDqTileStored; a later block waits for that mark before its reduction. The first block holds its
 // claim while it runs, so a wait never depends on a CTA that has not started.
 inline constexpr int kDqTileStored = 1 << 30;  // claim word: arrivals in the low bits
-template <class Traits>
+template <class Traits, bool kMayRotate>
 __device__ __forceinline__ void reduce_dq_tiles(const BackwardBarriers<Traits::kSlots>& bars, float* dq_head, int* claims_head,
-                                                std::uint32_t s_dq_c, int c, int qb_begin, int qb_end, bool last_item, int lane) {
+                                                std::uint32_t s_dq_c, int c, QueryWalk<kMayRotate> walk, bool last_item, int lane) {
   constexpr int BQ = Traits::kBlockQ, D = Traits::kHeadDim;
   constexpr bool kAlternate = Traits::kDqAlternate;
   constexpr int kStep = kAlternate ? 2 : 1;
   const int dq_tile = kAlternate ? 0 : c;  // 64-dim tile of a block
-  for (int qb = qb_begin + (kAlternate ? c : 0); qb < qb_end; qb += kStep) {
+  for (int i = kAlternate ? c : 0; i < walk.count; i += kStep) {  // walk index i (consumer c's, alternating)
+    const int qb = walk.block(i);
     named_barrier_sync(bars.dq_full(c), bars.kDqHandshake);
     int* stored_claim = nullptr;  // this block stored the tile: mark it once the store has landed
     if (lane == 0) {
@@ -370,7 +404,7 @@ __device__ __forceinline__ void reduce_dq_tiles(const BackwardBarriers<Traits::k
       bulk_wait_group_read<0>();
     }
     __syncwarp();
-    if (qb + kStep < qb_end || !last_item) named_barrier_arrive(bars.dq_empty(c), bars.kDqHandshake);
+    if (i + kStep < walk.count || !last_item) named_barrier_arrive(bars.dq_empty(c), bars.kDqHandshake);
     if (stored_claim) {  // lane 0, with the tile handed back: the later blocks may add once it has landed
       bulk_wait_group<0>();
       fence_proxy_async_global();
@@ -461,9 +495,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32;
   // walk block i of item `it`, at ring position `position` + i
-  const auto issue_query_block = [&](const BackwardItem& it, int i, int position) {
+  const auto issue_query_block = [&](const BackwardItem& it, const QueryWalk<!kDqDirect>& walk, int i, int position) {
     const int slot = QuerySlot<kSlots>(position + i).slot;
-    load_query_block<D>(p, s_q0 + slot * kTile, s_do0 + slot * kTile, it.qb_begin + i, it.h, it.b, bars.full(slot));
+    load_query_block<D>(p, s_q0 + slot * kTile, s_do0 + slot * kTile, walk.block(i), it.h, it.b, bars.full(slot));
   };
   // the CTA's items: blockIdx.x, then every gridDim.x-th (one each where the grid has a CTA per item).
   // Without kPersistent one item at compile time: the rounds and ring positions below stay 0 (so
@@ -498,7 +532,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0) {  // inputs of the first item that the delta pass before this kernel does not write
     const BackwardItem it = item_at(blockIdx.x);
     load_key_tiles<D, Traits::kKeyGroups>(p, s_k, s_v, it.k0, it.kv_h, it.b, bars.kv());
-    if (it.walk() > 0) issue_query_block(it, 0, 0);
+    if (it.walk() > 0) issue_query_block(it, it.template order<!kDqDirect>(p), 0, 0);
   }
   // Launched as the delta pass's programmatic dependent (launch_after_previous): delta, the dQ
   // workspace and the claims or turn counters the pass cleared are read or written only after this wait.
@@ -510,10 +544,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (warp == 0) {
       if (lane == 0) {
         for_each_item([&](const BackwardItem& it, int round, int position, bool) {
+          const QueryWalk<!kDqDirect> walk = it.template order<!kDqDirect>(p);
           const auto issue = [&](int i) {
             const QuerySlot<kSlots> at(position + i);
             if (at.use > 0) mbar_wait(bars.free(at.slot), (at.use - 1) & 1);
-            issue_query_block(it, i, position);
+            issue_query_block(it, walk, i, position);
           };
           if (round > 0) {  // the first item's K, V and first block went before the dependency wait
             if (it.walk() > 0) issue(0);  // its slot frees before the last item's K, V do
@@ -525,7 +560,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     } else if (warp == 1) {
       for_each_item([&](const BackwardItem& it, int, int position, bool) {
-        produce_row_values<Traits, !kDeltaInMain>(p, shared, bars, it.row_base, it.qb_begin, it.qb_end, position, lane);
+        produce_row_values<Traits, !kDeltaInMain>(p, shared, bars, it.row_base, it.template order<!kDqDirect>(p), position, lane);
       });
     } else if (kDqDirect) {
       for_each_item([&](const BackwardItem& it, int, int, bool) {
@@ -539,8 +574,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       for_each_item([&](const BackwardItem& it, int, int, bool last) {
         const std::int64_t pair = std::int64_t(it.b) * p.heads + it.h;
         int* claims_head = p.dq_claims ? p.dq_claims + pair * n_qblocks * (D / 64) : nullptr;
-        reduce_dq_tiles<Traits>(bars, p.dq_accum + pair * n_qblocks * BQ * D, claims_head, s_dq + c * Traits::kDqTile, c, it.qb_begin,
-                                it.qb_end, last, lane);
+        reduce_dq_tiles<Traits>(bars, p.dq_accum + pair * n_qblocks * BQ * D, claims_head, s_dq + c * Traits::kDqTile, c,
+                                it.template order<!kDqDirect>(p), last, lane);
       });
     }
     return;
