@@ -10,6 +10,8 @@
 #   here (no GPU), after each build to compare:
 #     scripts/attention-ab.sh pack NAME        # .ab/NAME.tar.xz: stableflash, attention_gpu_tests,
 #                                              # kernel_lab and their libraries from build-cuda
+#     scripts/attention-ab.sh pack NAME --bench-only   # stableflash alone (a third of the bytes: more
+#                                              # variants fit the device tool's 64 MiB; not for --tests or --lab)
 #   GPU machine (carry .ab):
 #     scripts/attention-ab.sh [--tests NAME[,NAME]] [--bits] [--lab NAME] NAME1 NAME2 [NAME3 ...]
 #   --bits: before the bench, the forward's outputs (o, lse, the residual) of every other variant
@@ -40,6 +42,11 @@ if [ "${1:-}" = "pack" ]; then
   name=${2:?usage: scripts/attention-ab.sh pack NAME}
   [[ "$name" =~ ^[A-Za-z0-9_-]+$ ]] || { echo "pack: NAME must be letters, digits, - or _ (got '$name')" >&2; exit 2; }
   bins="build-cuda/stableflash build-cuda/tests/attention_gpu/attention_gpu_tests build-cuda/kernel_lab"
+  case "${3:-}" in
+    "") ;;
+    --bench-only) bins="build-cuda/stableflash" ;;
+    *) echo "pack: unknown option '$3' (--bench-only or nothing)" >&2; exit 2 ;;
+  esac
   for b in $bins; do [ -x "$b" ] || { echo "pack: no $b (ninja -C build-cuda stableflash attention_gpu_tests kernel_lab)" >&2; exit 2; }; done
   dir=$(mktemp -d) && trap 'rm -rf "$dir"' EXIT
   cp $bins "$dir"/ && strip "$dir"/* 2>/dev/null
