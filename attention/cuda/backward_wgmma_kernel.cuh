@@ -47,6 +47,7 @@
 #include "kernel_params.cuh"
 #include "stableflash/attention/rounding_points.hpp"
 #include "tma.cuh"
+#include "walk_order.hpp"
 #include "warp_mma.cuh"
 #include "warpgroup_registers.cuh"
 #include "wgmma.cuh"
@@ -157,24 +158,14 @@ struct BackwardCtaOrder {
   }
 };
 
-// One item of a backward CTA's work: a (batch, head) pair's key block kb (keys k0 .. k0 + 128) and
-// the query blocks that see it, [qb_begin, qb_end). Items go in BackwardCtaOrder's order; a grid of
-// fewer CTAs than items (the persistent grid, BackwardPlan::main_ctas) has each CTA take every
-// gridDim.x-th.
-//
-// The walk's order (block(i): the query block of walk index i): in full attention outside
-// deterministic mode, the walk of the head's r-th 128 keys starts at block qb_begin + r x walk / (the
-// head's 128-key blocks) and wraps around. Unrotated, every key block of a head starts at block 0
-// together and walks in step with the others, so each dQ tile gets all their reductions (and the
-// claims' waits for its first store) at once: 128 CTAs of one head (1 x 1 x 8,192 keys in 64-key
-// CTAs) measured 0.75x the 128-key CTAs for that alone (docs/benchmarks.md). Counted in 128-key
-// units, so that a head's 64-key CTAs (BackwardPlan::key_groups) walk their keys in the 128-key
-// CTA's order and keep its dK, dV bits. Causal walks start at their own diagonals already;
-// deterministic mode adds dQ in key-block order, where a rotated walk would wait for every block
-// before it. Only the producers follow the order (the copies, row values and dQ reductions); the
+// A walk's order: block(i) is the query block of walk index i, from `start` (walk_start,
+// walk_order.hpp) round to the walk's end and on from its beginning: rotated in full attention
+// outside deterministic mode, so that key blocks walking in step do not reach each dQ tile at once
+// (1 x 1 x 8,192 keys in 64-key CTAs measured 0.75x the 128-key CTAs for that alone, 1.04x rotated:
+// docs/benchmarks.md). Only the producers follow it (the copies, row values and dQ reductions); the
 // consumers take the blocks as the slots bring them, needing a block's index only for the causal
-// mask and the deterministic turns.
-// kMayRotate false (one key block: the kDqDirect kernels) keeps the plain walk at compile time.
+// mask and the deterministic turns, where nothing rotates. kMayRotate false (one key block: the
+// kDqDirect kernels) keeps the plain walk at compile time.
 template <bool kMayRotate>
 struct QueryWalk {
   int begin, count, start;
@@ -184,6 +175,11 @@ struct QueryWalk {
     return begin + (r >= count ? r - count : r);
   }
 };
+
+// One item of a backward CTA's work: a (batch, head) pair's key block kb (keys k0 .. k0 + 128) and
+// the query blocks that see it, [qb_begin, qb_end), walked in order(p). Items go in
+// BackwardCtaOrder's order; a grid of fewer CTAs than items (the persistent grid,
+// BackwardPlan::main_ctas) has each CTA take every gridDim.x-th.
 struct BackwardItem {
   int kb, b, h, kv_h, k0, qb_begin, qb_end;
   std::int64_t row_base;  // of the pair's lse and delta rows
@@ -191,11 +187,7 @@ struct BackwardItem {
   template <bool kMayRotate>
   __device__ QueryWalk<kMayRotate> order(const BackwardParams& p) const {
     if constexpr (!kMayRotate) return {qb_begin, walk(), 0};
-    const unsigned blocks128 = (unsigned(p.k_len) + 127) / 128, count = walk();
-    if (p.causal || p.deterministic || blocks128 < 2 || count == 0) return {qb_begin, int(count), 0};
-    // (k0 / 128) / blocks128 of the way, in 32 bits: exact below 2^32 / (blocks128 x count), i.e.
-    // Tk x Tq < 2^45; past that only the spread changes, and % keeps it a block of the walk
-    return {qb_begin, int(count), int(unsigned(k0 / 128) * count / blocks128 % count)};
+    return {qb_begin, walk(), walk_start(k0, walk(), p.k_len, p.causal != 0, p.deterministic != 0)};
   }
   template <int BK, int BQ>
   __device__ static BackwardItem at(const BackwardParams& p, const BackwardCtaOrder& order, int item, int n_qblocks) {

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "plan.hpp"
+#include "walk_order.hpp"
 #include "stableflash/attention/attention.hpp"
 #include "stableflash/attention/cuda.hpp"
 
@@ -507,6 +509,46 @@ TEST(LaunchPlan, ArgumentChecksNameTheField) {
   EXPECT_THROW(check_shape_options({1, 2, 64, 64, 96}, opt, /*head_dim_compiled=*/false), std::invalid_argument);
   opt.tile_k = 96;
   EXPECT_THROW(check_shape_options({1, 2, 64, 64, 64}, opt, true), std::invalid_argument);
+}
+
+// The backward's walk order (walk_order.hpp): where a CTA's walk over its query blocks starts.
+TEST(WalkStart, RotatesOnlyFullAttentionOutsideDeterministicModeWithSeveralKeyBlocks) {
+  // 8,192 keys: 64 blocks of 128, walks of 128 query blocks of 64 rows
+  EXPECT_EQ(walk_start(128 * 5, 128, 8192, false, false), 10);  // 5/64 of the way
+  EXPECT_EQ(walk_start(128 * 5, 128, 8192, true, false), 0);    // causal: its diagonal
+  EXPECT_EQ(walk_start(128 * 5, 128, 8192, false, true), 0);    // deterministic: key-block order
+  EXPECT_EQ(walk_start(0, 2, 128, false, false), 0);            // one key block
+  EXPECT_EQ(walk_start(0, 0, 8192, false, false), 0);           // no block to walk
+}
+
+TEST(WalkStart, SpreadsAHeadsKeyBlocksOverItsWalk) {
+  // key blocks running in step start at distinct blocks, in order, evenly apart
+  for (const auto [k_len, count] : {std::pair{8192, 128}, std::pair{1000, 16}, std::pair{384, 6}, std::pair{16384, 256}}) {
+    SCOPED_TRACE(std::to_string(k_len) + " keys, walks of " + std::to_string(count));
+    const int blocks = (k_len + 127) / 128;
+    int last = -1;
+    for (int r = 0; r < blocks; ++r) {
+      const int start = walk_start(128 * r, count, k_len, false, false);
+      EXPECT_GT(start, last);
+      EXPECT_EQ(start, r * count / blocks);
+      last = start;
+    }
+  }
+}
+
+TEST(WalkStart, SixtyFourKeyCtasStartWithTheirHundredTwentyEightKeyBlock) {
+  // so that they sum dK, dV in the 128-key CTA's order and keep its bits
+  for (int k0 = 0; k0 < 4096; k0 += 128) EXPECT_EQ(walk_start(k0 + 64, 64, 4096, false, false), walk_start(k0, 64, 4096, false, false));
+}
+
+TEST(WalkStart, StaysInsideTheWalkWhereThirtyTwoBitsOverflow) {
+  // (Tk / 128) x count >= 2^32: the spread changes, the start is still a block of the walk
+  const int k_len = 1 << 30, count = 1 << 22;
+  for (int k0 : {0, 128, 1 << 20, (1 << 29) + 128, k_len - 128}) {
+    const int start = walk_start(k0, count, k_len, false, false);
+    EXPECT_GE(start, 0);
+    EXPECT_LT(start, count);
+  }
 }
 
 }  // namespace
