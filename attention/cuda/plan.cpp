@@ -11,6 +11,7 @@
 
 #include "stableflash/attention/attention.hpp"
 #include "stableflash/attention/cuda.hpp"
+#include "walk_order.hpp"
 
 namespace stableflash::attention::cuda {
 namespace {
@@ -260,6 +261,8 @@ ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int 
 // delta_source `auto` takes the exact delta where the main kernel forms it with a reduction alone
 // (DeltaPass::in_main; attention.hpp)
 static_assert(kAutoExactMaxKeys == kBackwardBlockK, "auto's exact range is the backward's one key block");
+// 64-key CTAs start their walk where their 128-key block's CTA does (walk_order.hpp)
+static_assert(kWalkStartKeys == kBackwardBlockK, "the walk's start counts 128-key CTAs");
 
 bool backward_has_64_key_ctas(const AttentionShape& s, const AttentionOptions& opt) {
   return !opt.deterministic && s.head_dim == 128 && blocks(s.k_len, kBackwardBlockK) > 1;

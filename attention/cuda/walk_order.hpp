@@ -15,14 +15,17 @@
 
 namespace stableflash::attention::cuda {
 
+// The unit the start counts keys in: a 128-key CTA's keys (kBackwardBlockK, plan.cpp checks).
+inline constexpr int kWalkStartKeys = 128;
+
 // The first walk index of the CTA whose keys start at k0, over a walk of `count` query blocks:
 // floor((k0 / 128) x count / blocks), in 32 bits. Exact while (Tk / 128) x count < 2^32 (Tk x Tq <
 // 2^45 at 64-row blocks); past that the product wraps, which only moves the start: a wrapped
 // product is below 2^32 < blocks x count, so the quotient is still below count.
 SF_HD int walk_start(int k0, int count, int k_len, bool causal, bool deterministic) {
-  const unsigned blocks128 = (unsigned(k_len) + 127u) / 128u;
-  if (causal || deterministic || blocks128 < 2 || count <= 0) return 0;
-  return int(unsigned(k0 / 128) * unsigned(count) / blocks128);
+  const unsigned blocks = (unsigned(k_len) + kWalkStartKeys - 1) / kWalkStartKeys;
+  if (causal || deterministic || blocks < 2 || count <= 0) return 0;
+  return int(unsigned(k0 / kWalkStartKeys) * unsigned(count) / blocks);
 }
 
 }  // namespace stableflash::attention::cuda
