@@ -139,6 +139,9 @@ struct ProducerFeed {
 // K/V of a few heads through L2 (heaviest-first over all heads was 15% slower at 8 x 16 heads of
 // 4,096 keys, D = 128). With fixed rounds, their back-and-forth gives every CTA a share of long
 // and short tiles; the dynamic schedule balances by itself.
+// Full attention's last p.tail_tiles tiles (a last round that would leave most SMs idle; the plan's
+// ws_tail_tiles_for) come as kRows / 64 pieces each, the tile's 64-row blocks, each one consumer's.
+// A row walks the same steps in a piece as in a tile, so the bits do not change.
 template <int kRows, int kHeadDim>
 struct WsTileOrder {
   // Of the H100's and H200's 50 MB; measured with the dynamic schedule over 10 causal shapes, 8 MB
@@ -148,7 +151,9 @@ struct WsTileOrder {
   // once: sections each ordered heaviest first leave the last section's heaviest tiles to the end
   // of the schedule, which costs most where a CTA takes only a few tiles (1 x 8 heads of 4,097 keys).
   static constexpr long long kL2Whole = 32ll << 20;
+  static constexpr int kParts = kRows / 64;  // a tile's pieces
   int blocks, batch_heads, heads, tiles, section;
+  int split_from;  // the schedule's first piece (tiles: the schedule's length, pieces counted)
   bool causal;
   // Causal tiles end within 64 rows of the sequence's last row, so the first tile starts
   // causal_lead rows (whole consumers' 64) before row 0: the partial tile, where some consumers have
@@ -159,7 +164,8 @@ struct WsTileOrder {
 
   __device__ explicit WsTileOrder(const ForwardParams& p)
       : blocks((p.q_len + kRows - 1) / kRows), batch_heads(p.batch * p.heads), heads(p.heads),
-        tiles(blocks * batch_heads),  // < 2^31: check_forward_index_ranges
+        tiles(blocks * batch_heads + p.tail_tiles * (kParts - 1)),  // < 2^31: check_forward_index_ranges
+        split_from(blocks * batch_heads - p.tail_tiles),
         causal(p.causal != 0),
         causal_lead((blocks * kRows - p.q_len) / 64 * 64) {
     // K and V, BF16, of one query head (grouped-query heads share theirs)
@@ -174,16 +180,20 @@ struct WsTileOrder {
   }
   struct Tile {
     int m0, h, b;
+    bool piece;  // rows m0 .. m0 + 63 alone
   };
   __device__ Tile at(int t) const {
     if (!causal) {
+      int part = 0;
+      const bool piece = t >= split_from;
+      if (piece) part = (t - split_from) % kParts, t = split_from + (t - split_from) / kParts;
       const int bh = t / blocks;
-      return {(t % blocks) * kRows, bh % heads, bh / heads};
+      return {(t % blocks) * kRows + 64 * part, bh % heads, bh / heads, piece};
     }
     const int first_head = t / (section * blocks) * section, r = t % (section * blocks);
     const int width = min(section, batch_heads - first_head);  // the last section may be narrower
     const int bh = first_head + r % width;
-    return {(blocks - 1 - r / width) * kRows - causal_lead, bh % heads, bh / heads};
+    return {(blocks - 1 - r / width) * kRows - causal_lead, bh % heads, bh / heads, false};
   }
 };
 
@@ -206,7 +216,8 @@ __device__ __forceinline__ int steps_of_rows(const ForwardParams& p, int m0) {
 // complete without a copy: the consumers read the end and leave.
 template <class Traits>
 __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTileOrder<Traits::kCtaRows, Traits::kHeadDim>& order,
-                                              const ProducerFeed<Traits>& feed, std::uint32_t s_q, volatile WsTile* handed) {
+                                              const ProducerFeed<Traits>& feed, std::uint32_t s_q, volatile WsTile* handed,
+                                              volatile int* rows_of) {
   constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK, C = Traits::kConsumers;
   KvRingPlace ring{0};
   int tile = order.tile(0);  // round 0 is the same in both schedules: CTA i takes tile i
@@ -223,14 +234,17 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
       break;
     }
     mark_producer<Traits>(ProducerMark::tile_drawn, ring.position);
-    const auto [m0, h, b] = order.at(tile);
-    const int total = steps_of_rows<Traits::kCtaRows, Traits>(p, m0);
+    const auto [m0, h, b, piece] = order.at(tile);
+    const int total = steps_of_rows<Traits::kCtaRows, Traits>(p, m0);  // a piece's (full attention: every row's)
     handed->m0 = m0, handed->h = h, handed->b = b, handed->steps = total;
     const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      if (m0 + 64 * c >= 0) {
-        load_tile<D, 64>(&p.tma_q, s_q + c * Traits::kSmemQ, m0 + 64 * c, h, b, feed.bars.q(c));
+      // a piece's rows go to consumer 0 (past Tq: nobody's)
+      const int m0c = !piece ? m0 + 64 * c : c == 0 && m0 < p.q_len ? m0 : WsTile::kNoRows;
+      rows_of[c] = m0c;
+      if (m0c >= 0) {
+        load_tile<D, 64>(&p.tma_q, s_q + c * Traits::kSmemQ, m0c, h, b, feed.bars.q(c));
       } else {
         mbar_arrive(feed.bars.q(c));  // a consumer before row 0: no rows, no copy
       }
@@ -319,7 +333,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   if (wg == 0) {
     release_registers<Traits::kProducerRegisters>();
     if (threadIdx.x == 0) {
-      produce_tiles<Traits>(p, WsTileOrder<Traits::kCtaRows, D>(p), feed, s_q, &shared.tile);
+      produce_tiles<Traits>(p, WsTileOrder<Traits::kCtaRows, D>(p), feed, s_q, &shared.tile, shared.consumer_rows);
     } else if (threadIdx.x == 32 && p.store_by_tma) {  // else: nothing of it stays live across the producer's loop
       store_tiles<Traits>(p, feed.bars, shared.staged, smem_u32(shared.o), smem_u32(shared.residual));
     }
@@ -355,7 +369,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
       }
       break;
     }
-    const int m0 = handed.m0, h = handed.h, b = handed.b, m0c = m0 + 64 * c;
+    // the consumer's first row, as the producer loaded its Q (m0 + 64 c; in a piece WsTile::kNoRows
+    // but for consumer 0): read, not computed, so that a piece costs the walk no register
+    const int h = handed.h, b = handed.b, m0c = static_cast<const volatile int*>(shared.consumer_rows)[c];
     const int own = steps_of_rows<64, Traits>(p, m0c);
     Rows rows(p, nullptr, nullptr, b, h, m0c + warp * 16 + lane / 4, warp * 16 + lane / 4);
     // the keys of the consumer's first and last row (past Tq: of row Tq - 1)

@@ -58,6 +58,7 @@ struct ForwardParams {
   int walk;          // ForwardWalk (plan.hpp): the plan's walk over the keys
   int store_by_tma;  // wgmma kernel: o (and o_residual) written by bulk copies (tma_o*); 0: element-wise
   int* tile_counters;  // warp-specialized kernel: {next tile, CTAs done} (next_tile_counters); null: fixed rounds
+  int tail_tiles;      // warp-specialized kernel: the schedule's last tiles taken as 64-row pieces (ForwardPlan::ws_tail_tiles)
 };
 
 struct BackwardParams {
@@ -197,6 +198,9 @@ struct alignas(16) WsTile {
   int m0, h, b;
   int steps;  // its K/V steps: ring positions it takes (steps_of_rows of the whole tile); kEnd: no tile left
   static constexpr int kEnd = -1;
+  // A consumer's first row where it has none (the other consumers of a 64-row piece): before row 0
+  // by more than its 64 rows, as a causal sequence's first tile leaves its early consumers.
+  static constexpr int kNoRows = -(1 << 20);
 };
 
 template <int kHeadDim_, int kConsumers_ = kHeadDim_ == 64 ? 3 : 2>
@@ -233,6 +237,7 @@ struct WsForwardTraits {
     std::uint16_t residual[kConsumers][64 * kHeadDim];
     std::uint64_t barriers[4 * kConsumers + 4 * kWsForwardStages];  // WsBarriers
     WsTile tile;  // the round's tile: the producer's choice, read by the consumers
+    int consumer_rows[kConsumers];  // the round's first row of each consumer's 64 (WsTile::kNoRows: none)
     // per consumer, the round's staged outputs for the store warp: the rows' tile (m0 of the
     // consumer's rows), steps 1 if staged, 0 if the consumer has no rows, kEnd past the last tile
     WsTile staged[kConsumers];

@@ -241,6 +241,18 @@ int ws_consumers_for(const AttentionShape& s, bool causal, int sms) {
   return kTwoConsumerTile * double(rounds(2)) < double(rounds(3)) ? 2 : 3;
 }
 
+// A last round of r equal tiles takes a tile's time with sms - r SMs idle (1 x 8 heads of 16,384 rows
+// at D = 64: 688 tiles of 192 rows, 5 rounds and 28 tiles). As pieces, each of the r C 64-row blocks
+// has a CTA to itself, whose lone consumer walks it in about 0.75 of a tile's time (no turns to wait
+// for). Measured (H100, docs/benchmarks.md): 1,8,16384,64 full +3.6-6.4%; 132 pieces on 132 SMs
+// (8,16,4097,64 full) 2.4% slower, a CTA that finishes early taking two; hence two thirds.
+int ws_tail_tiles_for(const AttentionShape& s, bool causal, int sms, int consumers) {
+  if (causal || consumers < 2 || sms <= 0) return 0;
+  const std::int64_t tiles = std::int64_t(s.batch) * s.heads * blocks(s.q_len, 64 * consumers);
+  const int r = int(tiles % sms);
+  return tiles > sms && 3 * r * consumers <= 2 * sms ? r : 0;
+}
+
 ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int sms) {
   ForwardPlan plan;
   plan.head_dim = a.shape.head_dim;
@@ -251,7 +263,10 @@ ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int 
   plan.kernel = plan.walk == ForwardWalk::pipelined && takes_warp_specialized_forward(a.shape, opt.causal, sms)
                     ? ForwardKernel::warp_specialized
                     : ForwardKernel::one_warpgroup;
-  if (plan.kernel == ForwardKernel::warp_specialized) plan.ws_consumers = ws_consumers_for(a.shape, opt.causal, sms);
+  if (plan.kernel == ForwardKernel::warp_specialized) {
+    plan.ws_consumers = ws_consumers_for(a.shape, opt.causal, sms);
+    plan.ws_tail_tiles = ws_tail_tiles_for(a.shape, opt.causal, sms, plan.ws_consumers);
+  }
   plan.sms = sms;
   // the epilogue's bulk stores need 16-byte aligned output rows; others are stored element-wise
   plan.store_by_tma = rows_aligned(a.o, a.o_strides(), 16) && (!a.o_residual || rows_aligned(a.o_residual, a.o_strides(), 16));

@@ -65,6 +65,7 @@ struct ForwardPlan {
   ForwardKernel kernel = ForwardKernel::one_warpgroup;
   TileSchedule schedule = TileSchedule::dynamic;  // warp_specialized
   int ws_consumers = 0;  // warp_specialized: consumer warpgroups of 64 rows per CTA (ws_consumers_for)
+  int ws_tail_tiles = 0;  // warp_specialized: last-round tiles taken as 64-row pieces (ws_tail_tiles_for)
   int sms = 0;           // warp_specialized: the device's multiprocessors, the persistent grid's CTAs at most
   bool count_events = false;  // ForwardArgs::ties or head_ties: a counter record per query head in the workspace
   bool store_by_tma = false;  // o (and o_residual) rows 16-byte aligned: the epilogue's bulk stores
@@ -76,6 +77,11 @@ struct ForwardPlan {
 // take less time over the persistent grid of `sms` CTAs, where three would leave most of a round
 // idle (plan.cpp says how it is counted).
 int ws_consumers_for(const AttentionShape& shape, bool causal, int sms);
+// Full attention's last round of the persistent grid as 64-row pieces (WsTileOrder): how many of its
+// tiles (the schedule's last ones) split into one piece per consumer, each computed by one consumer
+// of a CTA; 0 where the tiles fill their rounds, the mask is causal, a CTA has one consumer, or the
+// pieces would not fit on two thirds of the `sms` SMs.
+int ws_tail_tiles_for(const AttentionShape& shape, bool causal, int sms, int consumers);
 // Grids too small for 128-row tiles to fill the SMs, whose 64-row tiles (one consumer) spread over
 // them instead (ws_consumers_for): at most one 64-row block an SM, two where causal.
 bool spreads_rows_over_sms(const AttentionShape& shape, bool causal, int sms);

@@ -183,6 +183,34 @@ TEST(LaunchPlan, SmallGridsTakeOneConsumerOfSixtyFourRows) {
   EXPECT_EQ(plan_forward(forward_args({1, 8, 512, 512, 64}), opt, 132).kernel, ForwardKernel::one_warpgroup);
 }
 
+// Full attention's last round as 64-row pieces (ws_tail_tiles_for): the tiles of a partial last round
+// of the persistent grid split where their pieces fit on two thirds of the SMs. Counted by hand from
+// the tile counts on 132 SMs.
+TEST(LaunchPlan, LastRoundSplitsIntoPiecesWhereTheyFitOnTwoThirdsOfTheSMs) {
+  // 8 heads x 86 tiles of 192 rows = 688 = 5 x 132 + 28: 84 pieces <= 88
+  EXPECT_EQ(ws_tail_tiles_for({1, 8, 16384, 16384, 64}, false, 132, 3), 28);
+  // 32 x 128 tiles of 128 rows = 4,096 = 31 x 132 + 4; 512 x 16 = 8,192 = 62 x 132 + 8
+  EXPECT_EQ(ws_tail_tiles_for({2, 16, 16384, 16384, 128}, false, 132, 2), 4);
+  EXPECT_EQ(ws_tail_tiles_for({32, 16, 2048, 2048, 128}, false, 132, 2), 8);
+  // 128 x 22 = 2,816 = 21 x 132 + 44: 132 pieces, more than two thirds of the SMs
+  EXPECT_EQ(ws_tail_tiles_for({8, 16, 4097, 4097, 64}, false, 132, 3), 0);
+  // 32 x 64 = 2,048 = 15 x 132 + 68: 136 pieces
+  EXPECT_EQ(ws_tail_tiles_for({2, 16, 8192, 8192, 128}, false, 132, 2), 0);
+  // rounds filled (2 x 132 heads of one tile), one round, causal, one consumer: none
+  EXPECT_EQ(ws_tail_tiles_for({2, 132, 128, 128, 128}, false, 132, 2), 0);
+  EXPECT_EQ(ws_tail_tiles_for({1, 100, 128, 128, 128}, false, 132, 2), 0);
+  EXPECT_EQ(ws_tail_tiles_for({1, 8, 16384, 16384, 64}, true, 132, 3), 0);
+  EXPECT_EQ(ws_tail_tiles_for({1, 8, 16384, 16384, 64}, false, 132, 1), 0);
+  // the plan carries it, for its own consumers and SM count
+  AttentionOptions opt;
+  opt.device = Device::cuda;
+  const ForwardPlan plan = plan_forward(forward_args({1, 8, 16384, 16384, 64}), opt, 132);
+  EXPECT_EQ(plan.ws_consumers, 3);
+  EXPECT_EQ(plan.ws_tail_tiles, 28);
+  // 688 = 6 x 114 + 4 on 114 SMs: 12 pieces
+  EXPECT_EQ(plan_forward(forward_args({1, 8, 16384, 16384, 64}), opt, 114).ws_tail_tiles, 4);
+}
+
 // The warp-specialized forward's consumers at D = 64 (ws_consumers_for): two only where three would
 // leave most of a round of the persistent grid idle. The rounds below are counted by hand from
 // the tile counts (192 or 128 rows a tile) on 132 SMs.
