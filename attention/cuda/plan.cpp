@@ -109,8 +109,10 @@ void check_forward_index_ranges(const AttentionShape& s, const AttentionOptions&
   below_2_31(rounded_up(s.q_len, kForwardMaxBlock), "forward", "q_len rounded up to the largest CTA (kForwardMaxBlock rows)");
   below_2_31(rounded_up(s.k_len, kForwardMaxBlock), "forward", "k_len rounded up to the largest key step (within kForwardMaxBlock keys)");
   below_2_31(rounded_up(s.k_len, opt.resolved_tile_k()), "forward", "k_len rounded up to whole key tiles (tile_k)");
-  // the warp-specialized kernel numbers its tiles (64 or more rows each) in 32 bits (WsTileOrder)
-  below_2_31(product({s.batch, s.heads, blocks(s.q_len, 64)}), "forward", "batch * heads * blocks of 64 query rows (the tiles)");
+  // the warp-specialized kernel numbers its tiles (64 or more rows each) and a last round's 64-row
+  // pieces in 32 bits (WsTileOrder): at most the 64-row blocks of whole 192-row tiles
+  below_2_31(product({s.batch, s.heads, blocks(s.q_len, 192) * 3}), "forward",
+             "batch * heads * blocks of 64 query rows in whole tiles of 192 (the tiles and pieces)");
 }
 
 // What the backward's kernels index in 32 bits (backward_instances.cu.in and group_sum.cu launch

@@ -517,9 +517,10 @@ TEST(LaunchPlan, ForwardIndexRangesAreCheckedOnce) {
   EXPECT_NE(message({1, 1, 64, kMaxInt - 1022, 64}).find("k_len rounded up to whole key tiles (tile_k)"), std::string::npos);
   EXPECT_EQ(message({1, 1, 64, kMaxInt - 1023, 64}), "");
   opt.tile_k = 0;
-  // the warp-specialized kernel's tiles, counted in blocks of 64 rows: 2^14 per head of 2^20 rows
-  EXPECT_NE(message({32768, 4, 1 << 20, 64, 64}).find("batch * heads * blocks of 64 query rows (the tiles)"), std::string::npos);
-  EXPECT_EQ(message({32767, 4, 1 << 20, 64, 64}), "");
+  // the warp-specialized kernel's tiles and pieces, counted in blocks of 64 rows of whole 192-row
+  // tiles: 3 x 5,462 = 16,386 per head of 2^20 rows; 4 x 32,764 heads x 16,386 = 2^31 - 32
+  EXPECT_NE(message({32765, 4, 1 << 20, 64, 64}).find("batch * heads * blocks of 64 query rows in whole tiles of 192"), std::string::npos);
+  EXPECT_EQ(message({32764, 4, 1 << 20, 64, 64}), "");
 }
 
 TEST(LaunchPlan, ArgumentChecksNameTheField) {
