@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -210,6 +211,25 @@ TEST(FusedForwardGpu, UnalignedOutputsGetTheSameBits) {
   }
 }
 
+// How many of head bh's forward outputs (o, residual, lse) in `all`, the run of the multi-head
+// [B, H, T, D] inputs `in`, differ from those of the same head run alone.
+std::int64_t outputs_differing_from_alone(const Inputs& in, const Outputs& all, const AttentionOptions& opt, int bh) {
+  const AttentionShape& s = in.shape;
+  EXPECT_EQ(in.layout, Layout::bhtd) << "heads sliced as contiguous [T, D] blocks";
+  const std::size_t q_head = std::size_t(s.q_len) * s.head_dim, kv_head = std::size_t(s.k_len) * s.head_dim;
+  const auto slice = [&](const std::vector<bf16>& x, std::size_t n) { return std::vector<bf16>(x.begin() + bh * n, x.begin() + (bh + 1) * n); };
+  Inputs one;
+  one.shape = AttentionShape{1, 1, s.q_len, s.k_len, s.head_dim};
+  one.layout = Layout::bhtd;
+  one.q = slice(in.q, q_head), one.k = slice(in.k, kv_head), one.v = slice(in.v, kv_head), one.d_o = slice(in.d_o, q_head);
+  const Outputs alone = run_gpu(one, opt, /*backward=*/false);
+  std::int64_t differing = 0;
+  for (std::size_t i = 0; i < q_head; ++i)
+    differing += (alone.o[i].bits != all.o[bh * q_head + i].bits) + (alone.residual[i].bits != all.residual[bh * q_head + i].bits);
+  for (int r = 0; r < s.q_len; ++r) differing += alone.lse[r] != all.lse[std::size_t(bh) * s.q_len + r];
+  return differing;
+}
+
 // Every (b, h) is computed alone, so its outputs must not depend on the rest of the batch: a few
 // heads of a 140-head batch (420 tiles of 128 rows at D = 128, more CTAs than SMs, several waves)
 // must equal, bit for bit, the same heads run alone. Guards any state carried between a CTA's
@@ -225,21 +245,8 @@ TEST(FusedForwardGpu, EveryHeadGetsTheBitsItGetsAlone) {
     // standard: hashed_offset's shift depends on the row's (b, h), which differ when run alone
     const AttentionOptions opt = fused_causal_with_residual(ShiftPolicy::standard);
     const Outputs all = run_gpu(in, opt, /*backward=*/false);
-    const std::size_t head = std::size_t(s.q_len) * dim;
     for (int bh : {0, 1, 69, 70, 101, 139}) {  // both batches, first and last heads
-      Inputs one;
-      one.shape = AttentionShape{1, 1, s.q_len, s.k_len, dim};
-      one.layout = Layout::bhtd;
-      const auto slice = [&](const std::vector<bf16>& x) {
-        return std::vector<bf16>(x.begin() + bh * head, x.begin() + (bh + 1) * head);
-      };
-      one.q = slice(in.q), one.k = slice(in.k), one.v = slice(in.v), one.d_o = slice(in.d_o);
-      const Outputs alone = run_gpu(one, opt, /*backward=*/false);
-      std::int64_t differing = 0;
-      for (std::size_t i = 0; i < head; ++i)
-        differing += (alone.o[i].bits != all.o[bh * head + i].bits) + (alone.residual[i].bits != all.residual[bh * head + i].bits);
-      for (int r = 0; r < s.q_len; ++r) differing += alone.lse[r] != all.lse[std::size_t(bh) * s.q_len + r];
-      EXPECT_EQ(differing, 0) << "D = " << dim << ", (b, h) #" << bh << ": outputs in the batch vs alone";
+      EXPECT_EQ(outputs_differing_from_alone(in, all, opt, bh), 0) << "D = " << dim << ", (b, h) #" << bh << ": outputs in the batch vs alone";
     }
   }
 }
@@ -267,23 +274,12 @@ TEST(FusedForwardGpu, SplitLastRoundGivesEveryRowItsBitsAlone) {
     AttentionOptions opt = fused_causal_with_residual(ShiftPolicy::standard);
     opt.causal = false;
     const Outputs all = run_gpu(in, opt, /*backward=*/false);
-    const std::size_t head = std::size_t(s.q_len) * dim;
     const int split_heads = (tail + blocks - 1) / blocks;  // the schedule's last tiles: the last heads'
-    std::vector<int> checked{0};
-    for (int h = s.heads - split_heads - 1; h < s.heads; ++h) checked.push_back(h);
+    std::vector<int> checked{0};  // and the head before them, which no split touches
+    for (int h = std::max(1, s.heads - split_heads - 1); h < s.heads; ++h) checked.push_back(h);
     for (int h : checked) {
-      Inputs one;
-      one.shape = AttentionShape{1, 1, s.q_len, s.k_len, dim};
-      one.layout = Layout::bhtd;
-      const auto slice = [&](const std::vector<bf16>& x) { return std::vector<bf16>(x.begin() + h * head, x.begin() + (h + 1) * head); };
-      one.q = slice(in.q), one.k = slice(in.k), one.v = slice(in.v), one.d_o = slice(in.d_o);
-      const Outputs alone = run_gpu(one, opt, /*backward=*/false);
-      std::int64_t differing = 0;
-      for (std::size_t i = 0; i < head; ++i)
-        differing += (alone.o[i].bits != all.o[h * head + i].bits) + (alone.residual[i].bits != all.residual[h * head + i].bits);
-      for (int r = 0; r < s.q_len; ++r) differing += alone.lse[r] != all.lse[std::size_t(h) * s.q_len + r];
-      EXPECT_EQ(differing, 0) << "D = " << dim << ", " << s.heads << " heads (" << tail << " tiles split), head " << h
-                              << ": outputs in the batch vs alone";
+      EXPECT_EQ(outputs_differing_from_alone(in, all, opt, h), 0)
+          << "D = " << dim << ", " << s.heads << " heads (" << tail << " tiles split), head " << h << ": outputs in the batch vs alone";
     }
   }
 }
