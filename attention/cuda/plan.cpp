@@ -246,8 +246,9 @@ int ws_consumers_for(const AttentionShape& s, bool causal, int sms) {
 // A last round of r equal tiles takes a tile's time with sms - r SMs idle (1 x 8 heads of 16,384 rows
 // at D = 64: 688 tiles of 192 rows, 5 rounds and 28 tiles). As pieces, each of the r C 64-row blocks
 // has a CTA to itself, whose lone consumer walks it in about 0.75 of a tile's time (no turns to wait
-// for). Measured (H100, docs/benchmarks.md): 1,8,16384,64 full +3.6-6.4%; 132 pieces on 132 SMs
-// (8,16,4097,64 full) 2.4% slower, a CTA that finishes early taking two; hence two thirds.
+// for). Measured (H100, docs/benchmarks.md): 1,8,16384,64 full +5.3% (6.2% fewer cycles); 132
+// pieces on 132 SMs (8,16,4097,64 full, an earlier build) 2.4% slower, a CTA that finishes early
+// taking two; hence two thirds.
 int ws_tail_tiles_for(const AttentionShape& s, bool causal, int sms, int consumers) {
   if (causal || consumers < 2 || sms <= 0) return 0;
   const std::int64_t tiles = std::int64_t(s.batch) * s.heads * blocks(s.q_len, 64 * consumers);
