@@ -72,12 +72,9 @@ OUT=${OUT:-/tmp/stableflash-device}
 mkdir -p "$OUT"
 [[ "${AB_TAG:-}" =~ ^[A-Za-z0-9_-]*$ ]] || { echo "AB_TAG: letters, digits, - or _ (got '$AB_TAG')" >&2; exit 2; }
 tag=${AB_TAG:+-$AB_TAG}
-for v in "${variants[@]}" "${tests[@]}" ${lab:+"$lab"}; do
-  [ -x "$AB/$v/stableflash" ] && continue
-  [ -f "$AB/$v.tar.xz" ] || { echo "no $AB/$v.tar.xz: scripts/attention-ab.sh pack $v (here) and carry $AB" >&2; exit 2; }
-  mkdir -p "$AB/$v" && tar -C "$AB/$v" -xJf "$AB/$v.tar.xz" || { echo "cannot unpack $AB/$v.tar.xz" >&2; exit 2; }
-done
-. scripts/device-libs.sh && use_device_libraries "$AB/${variants[0]}"
+. scripts/device-libs.sh
+unpack_ab_variants "${variants[@]}" "${tests[@]}" ${lab:+"$lab"}
+use_device_libraries "$AB/${variants[0]}"
 status=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 for v in "${variants[@]}"; do echo "$v: built from $(tr '\n' ' ' <"$AB/$v/built-from.txt")"; done

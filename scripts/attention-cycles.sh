@@ -34,11 +34,7 @@ shapes=${1:?usage: scripts/attention-cycles.sh [--backward] [--cold] SHAPES NAME
 shift
 [ $# -ge 1 ] || { echo "name at least one packed variant (.ab/NAME.tar.xz)" >&2; exit 2; }
 command -v ncu >/dev/null || { echo "ncu (Nsight Compute) is not on PATH" >&2; exit 2; }
-for v in "$@"; do
-  [ -x ".ab/$v/stableflash" ] && continue
-  [ -f ".ab/$v.tar.xz" ] || { echo "no .ab/$v.tar.xz: scripts/attention-ab.sh pack $v (here) and carry .ab" >&2; exit 2; }
-  mkdir -p ".ab/$v" && tar -C ".ab/$v" -xJf ".ab/$v.tar.xz" || { echo "cannot unpack .ab/$v.tar.xz" >&2; exit 2; }
-done
+. scripts/device-libs.sh && unpack_ab_variants "$@"
 mkdir -p "$OUT"
 profile=(ncu --csv --print-units base --metrics gpu__time_duration.sum --cache-control "$cache" --launch-skip 2 --launch-count 3)
 # the median of the profiled launches' durations (ns) -> us; "failed" if there were none

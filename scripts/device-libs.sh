@@ -79,3 +79,15 @@ install_wheel() {
   fi
   export PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}"
 }
+
+# Unpacks each packed variant NAME (.ab/NAME.tar.xz, `scripts/attention-ab.sh pack NAME`) into .ab/NAME
+# unless it is there already (attention-ab.sh, attention-cycles.sh). Exits the calling script (2)
+# naming the pack that is missing or cannot be unpacked.
+unpack_ab_variants() {
+  local v
+  for v in "$@"; do
+    [ -x ".ab/$v/stableflash" ] && continue
+    [ -f ".ab/$v.tar.xz" ] || { echo "no .ab/$v.tar.xz: scripts/attention-ab.sh pack $v (here) and carry .ab" >&2; exit 2; }
+    mkdir -p ".ab/$v" && tar -C ".ab/$v" -xJf ".ab/$v.tar.xz" || { echo "cannot unpack .ab/$v.tar.xz" >&2; exit 2; }
+  done
+}
