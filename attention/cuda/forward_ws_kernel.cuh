@@ -164,7 +164,7 @@ struct WsTileOrder {
 
   __device__ explicit WsTileOrder(const ForwardParams& p)
       : blocks((p.q_len + kRows - 1) / kRows), batch_heads(p.batch * p.heads), heads(p.heads),
-        tiles(blocks * batch_heads + p.tail_tiles * (kParts - 1)),  // 64-row blocks at most: < 2^31, check_forward_index_ranges
+        tiles(ws_schedule_length<kRows>(blocks * batch_heads, p.tail_tiles)),
         split_from(blocks * batch_heads - p.tail_tiles),
         causal(p.causal != 0),
         causal_lead((blocks * kRows - p.q_len) / 64 * 64) {

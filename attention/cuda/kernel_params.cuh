@@ -203,6 +203,14 @@ struct alignas(16) WsTile {
   static constexpr int kNoRows = -(1 << 20);
 };
 
+// The warp-specialized forward's schedule length: `tiles` of kRows rows (every head's), the last
+// tail_tiles of them taken as kRows / 64 pieces each (WsTileOrder; the launch sizes its grid from
+// it). At most the 64-row blocks of whole 192-row tiles: < 2^31, check_forward_index_ranges.
+template <int kRows>
+__host__ __device__ constexpr int ws_schedule_length(int tiles, int tail_tiles) {
+  return tiles + tail_tiles * (kRows / 64 - 1);
+}
+
 template <int kHeadDim_, int kConsumers_ = kHeadDim_ == 64 ? 3 : 2>
 struct WsForwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
