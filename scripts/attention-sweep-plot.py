@@ -23,6 +23,7 @@ TABLE = STEM + ".md"
 
 BENCH = {(16, 12, 1024, 64, True), (16, 12, 1024, 64, False), (8, 16, 4096, 128, True), (2, 16, 16384, 128, True)}
 CURE_BOUND = 3.0  # percent, issue 12
+EXACT_BOUND = 0.8  # the exact δ's backward against cuDNN's, issue 12
 
 
 def load(path):
@@ -78,6 +79,8 @@ def collect(meta, rows):
                 s.setdefault("ours", []).append(r)
             elif r.get("delta_source") == "rounded":
                 s.setdefault("rounded", []).append(r)
+            elif r.get("delta_source") == "exact":  # SWEEP_EXTRA_DELTAS=exact
+                s.setdefault("exact", []).append(r)
         else:
             s.setdefault(r["impl"], []).append(r)
     order = sorted(shapes, key=lambda k: (k[3], not k[4], k[0] * k[1], k[2], k[0]))
@@ -184,6 +187,12 @@ def summary(shapes, meta):
                      f"{top[0][0]:+.1f}% at {label(top[1])}, <= {CURE_BOUND:.0f}% at {within}/{len(cures)} shapes")
     else:
         parts.append("cure's cost: no shape has both δ sources")
+    exact = [(ratio(s.get("exact"), s.get("cudnn"), "bwd_tflops"), k) for k, s in shapes]
+    exact = [(x, k) for x, k in exact if x is not None]
+    if exact:
+        below = ", ".join(f"{label(k)} {x:.3f}" for x, k in sorted(exact) if x < EXACT_BOUND)
+        parts.append(f"exact δ backward / cuDNN: {min(exact)[0]:.2f}-{max(exact)[0]:.2f}, >= {EXACT_BOUND} at "
+                     f"{sum(x >= EXACT_BOUND for x, _ in exact)}/{len(exact)} shapes" + (f" (below: {below})" if below else ""))
     missing = n - len(fr_ok)
     if missing:
         parts.append(f"{missing} shape(s) without a cuDNN or ours measurement")

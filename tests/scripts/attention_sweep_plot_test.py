@@ -2,7 +2,8 @@
 """scripts/attention-sweep-plot.py on a small sweep JSONL of several rounds (attention-sweep.sh --rounds):
 the table must show, per implementation, shape and pass, the TFLOP/s of the median time over the rounds
 that measured it (computed here from the same records), skip a round's error, and keep a failed oracle
-check of any round; a one-round sweep's table must show its records' own figures.
+check of any round; a one-round sweep's table must show its records' own figures; an extra δ source
+(the exact one) must reach the summary as its backward against cuDNN's, with the issue's bound.
 
     python3 tests/scripts/attention_sweep_plot_test.py REPO
 """
@@ -38,7 +39,7 @@ def ours(delta, fwd_ms, bwd_ms, check_="pass"):
     return record("stableflash", fwd_ms, bwd_ms, numerics="fused", policy="standard", delta_source=delta, check=check_)
 
 
-def table_row(records):
+def table_text(records):
     meta = {"meta": True, "default_policy": "standard", "default_delta_source": "compensated", "commit": "0" * 40,
             "device": "test"}
     with tempfile.TemporaryDirectory() as d:
@@ -47,7 +48,11 @@ def table_row(records):
             f.writelines(json.dumps(r) + "\n" for r in [meta] + records)
         run = subprocess.run([sys.executable, script, path, "--out", d, "--no-plot"], capture_output=True, text=True)
         check(f"the script exits 0 (stderr: {run.stderr.strip()[-300:]})", run.returncode == 0)
-        text = open(os.path.join(d, TABLE)).read() if run.returncode == 0 else ""
+        return open(os.path.join(d, TABLE)).read() if run.returncode == 0 else ""
+
+
+def table_row(records):
+    text = table_text(records)
     header = text.splitlines()[0] if text else ""
     rows = [l for l in text.splitlines() if l.startswith("| 2,16,2048,64")]
     check("one table row for the shape", len(rows) == 1)
@@ -88,6 +93,15 @@ if cells:
     check(f"one round: ours forward as recorded (got {cells[3]})", cells[3] == tflops(FWD_FLOP, 1.0))
     check(f"one round: the check as recorded (got {cells[16]})", cells[16] == "pass")
 check("one round: no rounds note", "rounds" not in header)
+
+# An extra δ source (SWEEP_EXTRA_DELTAS=exact): its backward against cuDNN's in the summary, with the
+# issue's bound of 0.8; here 2.0 ms / 2.4 ms = 0.833 (above it) and 2.0 / 4.0 = 0.500 (below it).
+for exact_ms, want in ((2.4, ">= 0.8 at 1/1 shapes"), (4.0, ">= 0.8 at 0/1 shapes (below: 2,16,2048,64 causal 0.500)")):
+    text = table_text([ours("compensated", 1.0, 4.0), ours("rounded", 0.9, 3.0), ours("exact", 1.0, exact_ms),
+                       record("cudnn", 0.5, 2.0)])
+    line = next((l for l in text.splitlines() if l.startswith("sweep summary")), "")
+    check(f"the exact δ at {exact_ms} ms: '{want}' in the summary (got {line[-160:]})", want in line)
+    check("the exact δ's records are not the default's in the table", f"| {tflops(2.5 * FWD_FLOP, 4.0)} |" in text)
 
 if failures:
     sys.exit(f"{len(failures)} check(s) failed")
