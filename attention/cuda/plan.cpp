@@ -11,6 +11,7 @@
 
 #include "stableflash/attention/attention.hpp"
 #include "stableflash/attention/cuda.hpp"
+#include "tail_pieces.hpp"
 #include "walk_order.hpp"
 
 namespace stableflash::attention::cuda {
@@ -242,15 +243,22 @@ int ws_consumers_for(const AttentionShape& s, bool causal, int sms) {
 }
 
 // A last round of r equal tiles takes a tile's time with sms - r SMs idle (1 x 8 heads of 16,384 rows
-// at D = 64: 688 tiles of 192 rows, 5 rounds and 28 tiles). As pieces, each of the r C 64-row blocks
-// has a CTA to itself, whose lone consumer walks it in about 0.75 of a tile's time (no turns to wait
-// for). Measured (H100, docs/benchmarks.md): 1,8,16384,64 full +3.6-6.4%; 132 pieces on 132 SMs
-// (8,16,4097,64 full) 2.4% slower, a CTA that finishes early taking two; hence two thirds.
-int ws_tail_tiles_for(const AttentionShape& s, bool causal, int sms, int consumers) {
-  if (causal || consumers < 2 || sms <= 0) return 0;
+// at D = 64: 688 tiles of 192 rows, 5 rounds and 28 tiles). Its blocks as items of fewer blocks than a
+// tile's take less: one block, a CTA's lone consumer, walks it in about 0.75 of a tile's time (no
+// turns to wait for), measured (H100, docs/benchmarks.md) at 1,8,16384,64 full +5.3%; but 132 of them
+// on 132 SMs (8,16,4097,64 full) ran 2.4% slower, a CTA that finishes early taking two: so one-block
+// items only where they fit on two thirds of the SMs, and items of more blocks (three consumers) only
+// where each CTA takes one at most.
+WsTailSplit ws_tail_for(const AttentionShape& s, bool causal, int sms, int consumers) {
+  if (causal || consumers < 2 || sms <= 0) return {};
   const std::int64_t tiles = std::int64_t(s.batch) * s.heads * blocks(s.q_len, 64 * consumers);
   const int r = int(tiles % sms);
-  return tiles > sms && 3 * r * consumers <= 2 * sms ? r : 0;
+  if (tiles <= sms || r == 0) return {};
+  for (int group = 1; group < consumers; ++group) {
+    const int items = WsTailPieces::of(s.q_len, s.batch * s.heads, consumers, r, group).items(s.batch * s.heads);
+    if (group == 1 ? 3 * items <= 2 * sms : items <= sms) return {r, group};
+  }
+  return {};
 }
 
 ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int sms) {
@@ -265,7 +273,7 @@ ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int 
                     : ForwardKernel::one_warpgroup;
   if (plan.kernel == ForwardKernel::warp_specialized) {
     plan.ws_consumers = ws_consumers_for(a.shape, opt.causal, sms);
-    plan.ws_tail_tiles = ws_tail_tiles_for(a.shape, opt.causal, sms, plan.ws_consumers);
+    plan.ws_tail = ws_tail_for(a.shape, opt.causal, sms, plan.ws_consumers);
   }
   plan.sms = sms;
   // the epilogue's bulk stores need 16-byte aligned output rows; others are stored element-wise
