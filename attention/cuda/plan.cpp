@@ -247,16 +247,20 @@ int ws_consumers_for(const AttentionShape& s, bool causal, int sms) {
 // tile's take less: one block, a CTA's lone consumer, walks it in about 0.75 of a tile's time (no
 // turns to wait for), measured (H100, docs/benchmarks.md) at 1,8,16384,64 full +5.3%; but 132 of them
 // on 132 SMs (8,16,4097,64 full) ran 2.4% slower, a CTA that finishes early taking two: so one-block
-// items only where they fit on two thirds of the SMs, and items of more blocks (three consumers) only
-// where each CTA takes one at most.
+// items only where they fit on two thirds of the SMs. Items of more blocks (three consumers) only
+// where each CTA takes one at most, and where no head ends in a lone block: such a tile is cheap (one
+// consumer), so the CTAs drift apart over the schedule, the last round is no longer a round, and the
+// larger items only add work (two-block items: 2,16,2048,64 full 6.4% less time, 2,16,8192,64 1.9%;
+// GPT-2 full, 1,024 rows = 5 x 192 + 64, 0.7% more).
 WsTailSplit ws_tail_for(const AttentionShape& s, bool causal, int sms, int consumers) {
   if (causal || consumers < 2 || sms <= 0) return {};
   const std::int64_t tiles = std::int64_t(s.batch) * s.heads * blocks(s.q_len, 64 * consumers);
   const int r = int(tiles % sms);
   if (tiles <= sms || r == 0) return {};
+  const int last_tile_blocks = (blocks(s.q_len, 64) - 1) % consumers + 1;
   for (int group = 1; group < consumers; ++group) {
     const int items = WsTailPieces::of(s.q_len, s.batch * s.heads, consumers, r, group).items(s.batch * s.heads);
-    if (group == 1 ? 3 * items <= 2 * sms : items <= sms) return {r, group};
+    if (group == 1 ? 3 * items <= 2 * sms : items <= sms && last_tile_blocks > 1) return {r, group};
   }
   return {};
 }

@@ -200,6 +200,9 @@ TEST(LaunchPlan, LastRoundSplitsIntoItemsWhereTheyFit) {
   // 128 x 22 = 2,816 = 21 x 132 + 44, two heads of 65 blocks: 130 one-block items (more than two
   // thirds of the SMs), 66 of two
   EXPECT_EQ(ws_tail_for({8, 16, 4097, 4097, 64}, false, 132, 3), (WsTailSplit{44, 2}));
+  // GPT-2 full: 192 x 6 = 1,152 = 8 x 132 + 96, 128 two-block items, but every head ends in a lone
+  // block (1,024 = 5 x 192 + 64): none
+  EXPECT_EQ(ws_tail_for({16, 12, 1024, 1024, 64}, false, 132, 3), WsTailSplit{});
   // two consumers: one-block items or none; 32 x 64 = 2,048 = 15 x 132 + 68: 136 items
   EXPECT_EQ(ws_tail_for({2, 16, 8192, 8192, 128}, false, 132, 2), WsTailSplit{});
   // rounds filled (2 x 132 heads of one tile), one round, causal, one consumer: none

@@ -250,8 +250,9 @@ TEST(FusedForwardGpu, EveryHeadGetsTheBitsItGetsAlone) {
 // Full attention's last round as pieces (ws_tail_for, tail_pieces.hpp): a row walks the same steps
 // in an item as in a tile, so the heads whose last tiles the split takes must get the bits they get
 // alone (a head alone: the one-consumer build), every output element written (run_gpu's guards). The
-// shapes are this device's: the fewest heads of 1,000 rows whose grid splits in items of one block
-// (both head dims) and of two (three consumers at D = 64).
+// shapes are this device's: the fewest heads of 1,100 rows whose grid splits in items of one block
+// (both head dims) and of two (three consumers at D = 64; 18 blocks a head, so no head ends in a
+// lone one).
 TEST(FusedForwardGpu, SplitLastRoundGivesEveryRowItsBitsAlone) {
   SF_REQUIRE_GPU();
   int sms = 0;
@@ -261,7 +262,7 @@ TEST(FusedForwardGpu, SplitLastRoundGivesEveryRowItsBitsAlone) {
     cuda::WsTailSplit split{};
     int head_tiles = 0;
     for (int h = 1; h <= 400 && split.group != group; ++h) {
-      s = AttentionShape{1, h, 1000, 1000, dim};
+      s = AttentionShape{1, h, 1100, 1100, dim};
       if (!cuda::takes_warp_specialized_forward(s, false, sms)) continue;
       const int consumers = cuda::ws_consumers_for(s, false, sms);
       split = cuda::ws_tail_for(s, false, sms, consumers);
