@@ -134,8 +134,9 @@ struct ProducerFeed {
 // Schedule entry t, a tail item (tail_pieces.hpp). Not inlined: inlined into the producer, its
 // divisions took registers that the producer's loop then spilled (48 bytes at D = 64 against 40),
 // and the unsplit shapes' tiles ran 0.7-0.8% longer.
-__device__ __noinline__ WsTailPieces::Item tail_item(const ForwardParams& p, int batch_heads, int consumers, int t) {
-  const WsTailPieces split = WsTailPieces::of(p.q_len, batch_heads, consumers, p.tail_tiles, p.tail_group);
+template <int kConsumers>
+__device__ __noinline__ WsTailPieces::Item tail_item(const ForwardParams& p, int batch_heads, int t) {
+  const WsTailPieces split = WsTailPieces::of(p.q_len, batch_heads, kConsumers, p.tail_tiles, p.tail_group);
   return split.at(t - split.first_tile);
 }
 
@@ -196,7 +197,7 @@ struct WsTileOrder {
   __device__ Tile at(const ForwardParams& p, int t) const {
     if (!causal) {
       if (p.tail_group > 0 && t >= blocks * batch_heads - p.tail_tiles) {
-        const WsTailPieces::Item item = tail_item(p, batch_heads, kRows / 64, t);
+        const WsTailPieces::Item item = tail_item<kRows / 64>(p, batch_heads, t);
         return {item.m0, item.bh % heads, item.bh / heads, item.blocks};
       }
       const int bh = t / blocks;
