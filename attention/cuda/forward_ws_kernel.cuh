@@ -34,6 +34,7 @@
 #include "forward_rows.cuh"
 #include "forward_wgmma_kernel.cuh"
 #include "kernel_params.cuh"
+#include "tail_pieces.hpp"
 #include "tma.cuh"
 #include "warpgroup_registers.cuh"
 #include "wgmma.cuh"
@@ -130,6 +131,15 @@ struct ProducerFeed {
   }
 };
 
+// Schedule entry t, a tail item (tail_pieces.hpp). Not inlined: inlined into the producer, its
+// divisions took registers that the producer's loop then spilled (48 bytes at D = 64 against 40),
+// and the unsplit shapes' tiles ran 0.7-0.8% longer.
+template <int kConsumers>
+__device__ __noinline__ WsTailPieces::Item tail_item(const ForwardParams& p, int batch_heads, int t) {
+  const WsTailPieces split = WsTailPieces::of(p.q_len, batch_heads, kConsumers, p.tail_tiles, p.tail_group);
+  return split.at(t - split.first_tile);
+}
+
 // The tiles (batch, head, block of kRows query rows) and which CTA takes which: in round r a CTA
 // takes tile r * gridDim.x + its place in the grid, counted from the other end in odd rounds.
 // Full-attention tiles go head by head: a head's blocks read the same K/V while it is in L2.
@@ -140,8 +150,8 @@ struct ProducerFeed {
 // 4,096 keys, D = 128). With fixed rounds, their back-and-forth gives every CTA a share of long
 // and short tiles; the dynamic schedule balances by itself.
 // Full attention's last p.tail_tiles tiles (a last round that would leave most SMs idle; the plan's
-// ws_tail_tiles_for) come as kRows / 64 pieces each, the tile's 64-row blocks, each one consumer's.
-// A row walks the same steps in a piece as in a tile, so the bits do not change.
+// ws_tail_for) come as items of p.tail_group 64-row blocks of one head (tail_pieces.hpp). A row walks
+// the same steps in an item as in a tile, so the bits do not change.
 template <int kRows, int kHeadDim>
 struct WsTileOrder {
   // Of the H100's and H200's 50 MB; measured with the dynamic schedule over 10 causal shapes, 8 MB
@@ -151,9 +161,7 @@ struct WsTileOrder {
   // once: sections each ordered heaviest first leave the last section's heaviest tiles to the end
   // of the schedule, which costs most where a CTA takes only a few tiles (1 x 8 heads of 4,097 keys).
   static constexpr long long kL2Whole = 32ll << 20;
-  static constexpr int kParts = kRows / 64;  // a tile's pieces
-  int blocks, batch_heads, heads, tiles, section;
-  int split_from;  // the schedule's first piece (tiles: the schedule's length, pieces counted)
+  int blocks, batch_heads, heads, tiles, section;  // tiles: the schedule's length, items counted
   bool causal;
   // Causal tiles end within 64 rows of the sequence's last row, so the first tile starts
   // causal_lead rows (whole consumers' 64) before row 0: the partial tile, where some consumers have
@@ -164,12 +172,11 @@ struct WsTileOrder {
 
   __device__ explicit WsTileOrder(const ForwardParams& p)
       : blocks((p.q_len + kRows - 1) / kRows), batch_heads(p.batch * p.heads), heads(p.heads),
-        tiles(ws_schedule_length<kRows>(blocks * batch_heads, p.tail_tiles)),
-        split_from(blocks * batch_heads - p.tail_tiles),
         causal(p.causal != 0),
         causal_lead((blocks * kRows - p.q_len) / 64 * 64) {
     // K and V, BF16, of one query head (grouped-query heads share theirs)
     const long long kv_bytes = (4ll * kHeadDim * max(p.k_len, 1) + p.kv_group - 1) / p.kv_group;
+    tiles = tail(p).schedule(batch_heads);  // < 2^31: check_forward_index_ranges (an item has a block or more)
     const long long budget = kv_bytes * batch_heads <= kL2Whole ? kL2Whole : kL2Budget;
     section = causal ? int(max(1ll, min(budget / kv_bytes, (long long)batch_heads))) : 1;
   }
@@ -178,22 +185,28 @@ struct WsTileOrder {
     const int g = gridDim.x, place = round & 1 ? g - 1 - blockIdx.x : blockIdx.x;
     return round * g + place;  // >= tiles: this CTA is done (only the last round is partial)
   }
+  // The split of the last round, from the launch's parameters each time (they sit in constant
+  // memory; kept in the order, its fields took the producer's registers, which spilled).
+  __device__ WsTailPieces tail(const ForwardParams& p) const {
+    return WsTailPieces::of(p.q_len, batch_heads, kRows / 64, p.tail_tiles, p.tail_group);
+  }
   struct Tile {
     int m0, h, b;
-    bool piece;  // rows m0 .. m0 + 63 alone
+    int item_blocks;  // an item's 64-row blocks from m0 (its consumers 0 ..); 0: a whole tile
   };
-  __device__ Tile at(int t) const {
+  __device__ Tile at(const ForwardParams& p, int t) const {
     if (!causal) {
-      int part = 0;
-      const bool piece = t >= split_from;
-      if (piece) part = (t - split_from) % kParts, t = split_from + (t - split_from) / kParts;
+      if (p.tail_group > 0 && t >= blocks * batch_heads - p.tail_tiles) {
+        const WsTailPieces::Item item = tail_item<kRows / 64>(p, batch_heads, t);
+        return {item.m0, item.bh % heads, item.bh / heads, item.blocks};
+      }
       const int bh = t / blocks;
-      return {(t % blocks) * kRows + 64 * part, bh % heads, bh / heads, piece};
+      return {(t % blocks) * kRows, bh % heads, bh / heads, 0};
     }
     const int first_head = t / (section * blocks) * section, r = t % (section * blocks);
     const int width = min(section, batch_heads - first_head);  // the last section may be narrower
     const int bh = first_head + r % width;
-    return {(blocks - 1 - r / width) * kRows - causal_lead, bh % heads, bh / heads, false};
+    return {(blocks - 1 - r / width) * kRows - causal_lead, bh % heads, bh / heads, 0};
   }
 };
 
@@ -234,14 +247,14 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
       break;
     }
     mark_producer<Traits>(ProducerMark::tile_drawn, ring.position);
-    const auto [m0, h, b, piece] = order.at(tile);
-    const int total = steps_of_rows<Traits::kCtaRows, Traits>(p, m0);  // a piece's (full attention: every row's)
+    const auto [m0, h, b, item_blocks] = order.at(p, tile);
+    const int total = steps_of_rows<Traits::kCtaRows, Traits>(p, m0);  // an item's too (full attention: every row's)
     handed->m0 = m0, handed->h = h, handed->b = b, handed->steps = total;
     const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      // a piece's rows go to consumer 0 (past Tq: nobody's)
-      const int m0c = !piece ? m0 + 64 * c : c == 0 && m0 < p.q_len ? m0 : WsTile::kNoRows;
+      // an item's blocks go to its first consumers, one each
+      const int m0c = item_blocks == 0 || c < item_blocks ? m0 + 64 * c : WsTile::kNoRows;
       rows_of[c] = m0c;
       if (m0c >= 0) {
         load_tile<D, 64>(&p.tma_q, s_q + c * Traits::kSmemQ, m0c, h, b, feed.bars.q(c));
@@ -369,8 +382,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
       }
       break;
     }
-    // the consumer's first row, as the producer loaded its Q (m0 + 64 c; in a piece WsTile::kNoRows
-    // but for consumer 0): read, not computed, so that a piece costs the walk no register
+    // the consumer's first row, as the producer loaded its Q (m0 + 64 c; WsTile::kNoRows past a
+    // tail item's blocks): read, not computed, so that the items cost the walk no register
     const int h = handed.h, b = handed.b, m0c = static_cast<const volatile int*>(shared.consumer_rows)[c];
     const int own = steps_of_rows<64, Traits>(p, m0c);
     Rows rows(p, nullptr, nullptr, b, h, m0c + warp * 16 + lane / 4, warp * 16 + lane / 4);

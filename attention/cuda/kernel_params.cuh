@@ -58,7 +58,7 @@ struct ForwardParams {
   int walk;          // ForwardWalk (plan.hpp): the plan's walk over the keys
   int store_by_tma;  // wgmma kernel: o (and o_residual) written by bulk copies (tma_o*); 0: element-wise
   int* tile_counters;  // warp-specialized kernel: {next tile, CTAs done} (next_tile_counters); null: fixed rounds
-  int tail_tiles;      // warp-specialized kernel: the schedule's last tiles taken as 64-row pieces (ForwardPlan::ws_tail_tiles)
+  int tail_tiles, tail_group;  // warp-specialized kernel: the last round's tiles taken as items (ForwardPlan::ws_tail)
 };
 
 struct BackwardParams {
@@ -198,18 +198,10 @@ struct alignas(16) WsTile {
   int m0, h, b;
   int steps;  // its K/V steps: ring positions it takes (steps_of_rows of the whole tile); kEnd: no tile left
   static constexpr int kEnd = -1;
-  // A consumer's first row where it has none (the other consumers of a 64-row piece): before row 0
-  // by more than its 64 rows, as a causal sequence's first tile leaves its early consumers.
+  // A consumer's first row where it has none (past a tail item's blocks, tail_pieces.hpp): before
+  // row 0 by more than its 64 rows, as a causal sequence's first tile leaves its early consumers.
   static constexpr int kNoRows = -(1 << 20);
 };
-
-// The warp-specialized forward's schedule length: `tiles` of kRows rows (every head's), the last
-// tail_tiles of them taken as kRows / 64 pieces each (WsTileOrder; the launch sizes its grid from
-// it). At most the 64-row blocks of whole 192-row tiles: < 2^31, check_forward_index_ranges.
-template <int kRows>
-__host__ __device__ constexpr int ws_schedule_length(int tiles, int tail_tiles) {
-  return tiles + tail_tiles * (kRows / 64 - 1);
-}
 
 template <int kHeadDim_, int kConsumers_ = kHeadDim_ == 64 ? 3 : 2>
 struct WsForwardTraits {

@@ -11,6 +11,7 @@
 
 #include "stableflash/attention/attention.hpp"
 #include "stableflash/attention/cuda.hpp"
+#include "tail_pieces.hpp"
 #include "walk_order.hpp"
 
 namespace stableflash::attention::cuda {
@@ -110,9 +111,10 @@ void check_forward_index_ranges(const AttentionShape& s, const AttentionOptions&
   below_2_31(rounded_up(s.k_len, kForwardMaxBlock), "forward", "k_len rounded up to the largest key step (within kForwardMaxBlock keys)");
   below_2_31(rounded_up(s.k_len, opt.resolved_tile_k()), "forward", "k_len rounded up to whole key tiles (tile_k)");
   // the warp-specialized kernel numbers its tiles (64 or more rows each) and a last round's 64-row
-  // pieces in 32 bits (WsTileOrder): at most the 64-row blocks of whole 192-row tiles
+  // items (one or more 64-row blocks, tail_pieces.hpp) in 32 bits (WsTileOrder): at most the 64-row
+  // blocks of whole 192-row tiles
   below_2_31(product({s.batch, s.heads, blocks(s.q_len, 192) * 3}), "forward",
-             "batch * heads * blocks of 64 query rows in whole tiles of 192 (the tiles and pieces)");
+             "batch * heads * blocks of 64 query rows in whole tiles of 192 (the tiles and items)");
 }
 
 // What the backward's kernels index in 32 bits (backward_instances.cu.in and group_sum.cu launch
@@ -244,16 +246,26 @@ int ws_consumers_for(const AttentionShape& s, bool causal, int sms) {
 }
 
 // A last round of r equal tiles takes a tile's time with sms - r SMs idle (1 x 8 heads of 16,384 rows
-// at D = 64: 688 tiles of 192 rows, 5 rounds and 28 tiles). As pieces, each of the r C 64-row blocks
-// has a CTA to itself, whose lone consumer walks it in about 0.75 of a tile's time (no turns to wait
-// for). Measured (H100, docs/benchmarks.md): 1,8,16384,64 full +5.3% (6.2% fewer cycles); 132
-// pieces on 132 SMs (8,16,4097,64 full, an earlier build) 2.4% slower, a CTA that finishes early
-// taking two; hence two thirds.
-int ws_tail_tiles_for(const AttentionShape& s, bool causal, int sms, int consumers) {
-  if (causal || consumers < 2 || sms <= 0) return 0;
+// at D = 64: 688 tiles of 192 rows, 5 rounds and 28 tiles). Its blocks as items of fewer blocks than a
+// tile's take less: one block, a CTA's lone consumer, walks it in about 0.75 of a tile's time (no
+// turns to wait for), measured (H100, docs/benchmarks.md) at 1,8,16384,64 full +5.3% (6.2% fewer
+// cycles); but 132 of them on 132 SMs (8,16,4097,64 full, an earlier build) ran 2.4% slower, a CTA
+// that finishes early taking two: so one-block items only where they fit on two thirds of the SMs. Items of more blocks (three consumers) only
+// where each CTA takes one at most, and where no head ends in a lone block: such a tile is cheap (one
+// consumer), so the CTAs drift apart over the schedule, the last round is no longer a round, and the
+// larger items only add work (two-block items: 2,16,2048,64 full 6.4% less time, 2,16,8192,64 1.9%;
+// GPT-2 full, 1,024 rows = 5 x 192 + 64, 0.7% more).
+WsTailSplit ws_tail_for(const AttentionShape& s, bool causal, int sms, int consumers) {
+  if (causal || consumers < 2 || sms <= 0) return {};
   const std::int64_t tiles = std::int64_t(s.batch) * s.heads * blocks(s.q_len, 64 * consumers);
   const int r = int(tiles % sms);
-  return tiles > sms && 3 * r * consumers <= 2 * sms ? r : 0;
+  if (tiles <= sms || r == 0) return {};
+  const int last_tile_blocks = (blocks(s.q_len, 64) - 1) % consumers + 1;
+  for (int group = 1; group < consumers; ++group) {
+    const int items = WsTailPieces::of(s.q_len, s.batch * s.heads, consumers, r, group).items(s.batch * s.heads);
+    if (group == 1 ? 3 * items <= 2 * sms : items <= sms && last_tile_blocks > 1) return {r, group};
+  }
+  return {};
 }
 
 ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int sms) {
@@ -268,7 +280,7 @@ ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int 
                     : ForwardKernel::one_warpgroup;
   if (plan.kernel == ForwardKernel::warp_specialized) {
     plan.ws_consumers = ws_consumers_for(a.shape, opt.causal, sms);
-    plan.ws_tail_tiles = ws_tail_tiles_for(a.shape, opt.causal, sms, plan.ws_consumers);
+    plan.ws_tail = ws_tail_for(a.shape, opt.causal, sms, plan.ws_consumers);
   }
   plan.sms = sms;
   // the epilogue's bulk stores need 16-byte aligned output rows; others are stored element-wise

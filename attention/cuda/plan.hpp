@@ -56,6 +56,12 @@ enum class TileSchedule {
   dynamic,  // one CTA per SM; a CTA's next tile from a counter (next_tile_counters; rounds where none)
 };
 
+struct WsTailSplit {
+  int tiles = 0;  // the last round's tiles, taken as items
+  int group = 0;  // 64-row blocks an item
+  bool operator==(const WsTailSplit&) const = default;
+};
+
 struct ForwardPlan {
   // template flags: launch_forward<head_dim, paper>, the policy struct (with_shift_policy)
   int head_dim = 0;
@@ -65,7 +71,7 @@ struct ForwardPlan {
   ForwardKernel kernel = ForwardKernel::one_warpgroup;
   TileSchedule schedule = TileSchedule::dynamic;  // warp_specialized
   int ws_consumers = 0;  // warp_specialized: consumer warpgroups of 64 rows per CTA (ws_consumers_for)
-  int ws_tail_tiles = 0;  // warp_specialized: last-round tiles taken as 64-row pieces (ws_tail_tiles_for)
+  WsTailSplit ws_tail;    // warp_specialized: last-round tiles taken as pieces (ws_tail_for)
   int sms = 0;           // warp_specialized: the device's multiprocessors, the persistent grid's CTAs at most
   bool count_events = false;  // ForwardArgs::ties or head_ties: a counter record per query head in the workspace
   bool store_by_tma = false;  // o (and o_residual) rows 16-byte aligned: the epilogue's bulk stores
@@ -77,11 +83,11 @@ struct ForwardPlan {
 // take less time over the persistent grid of `sms` CTAs, where three would leave most of a round
 // idle (plan.cpp says how it is counted).
 int ws_consumers_for(const AttentionShape& shape, bool causal, int sms);
-// Full attention's last round of the persistent grid as 64-row pieces (WsTileOrder): how many of its
-// tiles (the schedule's last ones) split into one piece per consumer, each computed by one consumer
-// of a CTA; 0 where the tiles fill their rounds, the mask is causal, a CTA has one consumer, or the
-// pieces would not fit on two thirds of the `sms` SMs.
-int ws_tail_tiles_for(const AttentionShape& shape, bool causal, int sms, int consumers);
+// Full attention's last round of the persistent grid as pieces (tail_pieces.hpp): the tiles of a
+// partial last round (the schedule's last ones) taken as items of `group` 64-row blocks of one head,
+// fewer than a tile's consumers; none (tiles 0) where the tiles fill their rounds, the mask is
+// causal, a CTA has one consumer, or no group fits (plan.cpp).
+WsTailSplit ws_tail_for(const AttentionShape& shape, bool causal, int sms, int consumers);
 // Grids too small for 128-row tiles to fill the SMs, whose 64-row tiles (one consumer) spread over
 // them instead (ws_consumers_for): at most one 64-row block an SM, two where causal.
 bool spreads_rows_over_sms(const AttentionShape& shape, bool causal, int sms);

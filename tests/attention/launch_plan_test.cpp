@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "plan.hpp"
+#include "tail_pieces.hpp"
 #include "walk_order.hpp"
 #include "stableflash/attention/attention.hpp"
 #include "stableflash/attention/cuda.hpp"
@@ -183,32 +185,78 @@ TEST(LaunchPlan, SmallGridsTakeOneConsumerOfSixtyFourRows) {
   EXPECT_EQ(plan_forward(forward_args({1, 8, 512, 512, 64}), opt, 132).kernel, ForwardKernel::one_warpgroup);
 }
 
-// Full attention's last round as 64-row pieces (ws_tail_tiles_for): the tiles of a partial last round
-// of the persistent grid split where their pieces fit on two thirds of the SMs. Counted by hand from
-// the tile counts on 132 SMs.
-TEST(LaunchPlan, LastRoundSplitsIntoPiecesWhereTheyFitOnTwoThirdsOfTheSMs) {
-  // 8 heads x 86 tiles of 192 rows = 688 = 5 x 132 + 28: 84 pieces <= 88
-  EXPECT_EQ(ws_tail_tiles_for({1, 8, 16384, 16384, 64}, false, 132, 3), 28);
-  // 32 x 128 tiles of 128 rows = 4,096 = 31 x 132 + 4; 512 x 16 = 8,192 = 62 x 132 + 8
-  EXPECT_EQ(ws_tail_tiles_for({2, 16, 16384, 16384, 128}, false, 132, 2), 4);
-  EXPECT_EQ(ws_tail_tiles_for({32, 16, 2048, 2048, 128}, false, 132, 2), 8);
-  // 128 x 22 = 2,816 = 21 x 132 + 44: 132 pieces, more than two thirds of the SMs
-  EXPECT_EQ(ws_tail_tiles_for({8, 16, 4097, 4097, 64}, false, 132, 3), 0);
-  // 32 x 64 = 2,048 = 15 x 132 + 68: 136 pieces
-  EXPECT_EQ(ws_tail_tiles_for({2, 16, 8192, 8192, 128}, false, 132, 2), 0);
+// Full attention's last round as pieces (ws_tail_for): the tiles of a partial last round of the
+// persistent grid taken as items of fewer 64-row blocks than a tile's, one-block items where they fit on
+// two thirds of the SMs, larger ones where they fit one an SM. Counted by hand on 132 SMs.
+TEST(LaunchPlan, LastRoundSplitsIntoItemsWhereTheyFit) {
+  // 8 heads x 86 tiles of 192 rows = 688 = 5 x 132 + 28: 84 one-block items <= 88
+  EXPECT_EQ(ws_tail_for({1, 8, 16384, 16384, 64}, false, 132, 3), (WsTailSplit{28, 1}));
+  // 32 x 128 tiles of 128 rows = 4,096 = 31 x 132 + 4: 8 items; 512 x 16 = 8,192 = 62 x 132 + 8: 16
+  EXPECT_EQ(ws_tail_for({2, 16, 16384, 16384, 128}, false, 132, 2), (WsTailSplit{4, 1}));
+  EXPECT_EQ(ws_tail_for({32, 16, 2048, 2048, 128}, false, 132, 2), (WsTailSplit{8, 1}));
+  // 32 x 11 tiles = 352 = 2 x 132 + 88, the last 8 heads' 32 blocks each: 256 one-block items, 128
+  // of two
+  EXPECT_EQ(ws_tail_for({2, 16, 2048, 2048, 64}, false, 132, 3), (WsTailSplit{88, 2}));
+  // 128 x 22 = 2,816 = 21 x 132 + 44, two heads of 65 blocks: 130 one-block items (more than two
+  // thirds of the SMs), 66 of two
+  EXPECT_EQ(ws_tail_for({8, 16, 4097, 4097, 64}, false, 132, 3), (WsTailSplit{44, 2}));
+  // GPT-2 full: 192 x 6 = 1,152 = 8 x 132 + 96, 128 two-block items, but every head ends in a lone
+  // block (1,024 = 5 x 192 + 64): none
+  EXPECT_EQ(ws_tail_for({16, 12, 1024, 1024, 64}, false, 132, 3), WsTailSplit{});
+  // two consumers: one-block items or none; 32 x 64 = 2,048 = 15 x 132 + 68: 136 items
+  EXPECT_EQ(ws_tail_for({2, 16, 8192, 8192, 128}, false, 132, 2), WsTailSplit{});
   // rounds filled (2 x 132 heads of one tile), one round, causal, one consumer: none
-  EXPECT_EQ(ws_tail_tiles_for({2, 132, 128, 128, 128}, false, 132, 2), 0);
-  EXPECT_EQ(ws_tail_tiles_for({1, 100, 128, 128, 128}, false, 132, 2), 0);
-  EXPECT_EQ(ws_tail_tiles_for({1, 8, 16384, 16384, 64}, true, 132, 3), 0);
-  EXPECT_EQ(ws_tail_tiles_for({1, 8, 16384, 16384, 64}, false, 132, 1), 0);
+  EXPECT_EQ(ws_tail_for({2, 132, 128, 128, 128}, false, 132, 2), WsTailSplit{});
+  EXPECT_EQ(ws_tail_for({1, 100, 128, 128, 128}, false, 132, 2), WsTailSplit{});
+  EXPECT_EQ(ws_tail_for({1, 8, 16384, 16384, 64}, true, 132, 3), WsTailSplit{});
+  EXPECT_EQ(ws_tail_for({1, 8, 16384, 16384, 64}, false, 132, 1), WsTailSplit{});
   // the plan carries it, for its own consumers and SM count
   AttentionOptions opt;
   opt.device = Device::cuda;
   const ForwardPlan plan = plan_forward(forward_args({1, 8, 16384, 16384, 64}), opt, 132);
   EXPECT_EQ(plan.ws_consumers, 3);
-  EXPECT_EQ(plan.ws_tail_tiles, 28);
-  // 688 = 6 x 114 + 4 on 114 SMs: 12 pieces
-  EXPECT_EQ(plan_forward(forward_args({1, 8, 16384, 16384, 64}), opt, 114).ws_tail_tiles, 4);
+  EXPECT_EQ(plan.ws_tail, (WsTailSplit{28, 1}));
+  // 688 = 6 x 114 + 4 on 114 SMs: 12 items
+  EXPECT_EQ(plan_forward(forward_args({1, 8, 16384, 16384, 64}), opt, 114).ws_tail, (WsTailSplit{4, 1}));
+}
+
+// The items of a split (tail_pieces.hpp) cover every 64-row block of the split tiles once, each item
+// inside one head, and the schedule counts them: split tiles starting inside a head or at its start,
+// a head's last tile partial or whole, items of one and two blocks.
+TEST(LaunchPlan, TailItemsCoverTheSplitTilesBlocksOnce) {
+  struct TailCase {
+    int q_len, batch_heads, consumers, tail_tiles, group;
+  };
+  for (const TailCase& c : {TailCase{16384, 8, 3, 28, 1}, TailCase{2048, 32, 3, 88, 2}, TailCase{4097, 128, 3, 44, 2},
+                            TailCase{1000, 34, 3, 72, 2}, TailCase{1024, 17, 2, 4, 1}, TailCase{1000, 7, 3, 10, 2}}) {
+    const WsTailPieces tail = WsTailPieces::of(c.q_len, c.batch_heads, c.consumers, c.tail_tiles, c.group);
+    const int head_tiles = (c.q_len + 64 * c.consumers - 1) / (64 * c.consumers), blocks = (c.q_len + 63) / 64;
+    const std::string what = std::to_string(c.q_len) + " rows x " + std::to_string(c.batch_heads) + " heads, " +
+                             std::to_string(c.tail_tiles) + " tiles split in groups of " + std::to_string(c.group);
+    // the split tiles' blocks (bh, 64-row block), each to be covered once
+    std::vector<int> covered(std::size_t(c.batch_heads) * blocks, 0);
+    const int first = head_tiles * c.batch_heads - c.tail_tiles;
+    for (int t = first; t < head_tiles * c.batch_heads; ++t)
+      for (int k = 0; k < c.consumers; ++k) {
+        const int block = t % head_tiles * c.consumers + k;
+        if (block < blocks) covered[std::size_t(t / head_tiles) * blocks + block] = -1;
+      }
+    const int items = tail.items(c.batch_heads);
+    EXPECT_EQ(tail.schedule(c.batch_heads), first + items) << what;
+    for (int q = 0; q < items; ++q) {
+      const WsTailPieces::Item item = tail.at(q);
+      ASSERT_TRUE(item.bh >= 0 && item.bh < c.batch_heads && item.m0 % 64 == 0 && item.blocks >= 1 && item.blocks <= c.group) << what;
+      ASSERT_LE(item.m0 / 64 + item.blocks, blocks) << what << ": item " << q << " leaves its head";
+      for (int k = 0; k < item.blocks; ++k) {
+        int& at = covered[std::size_t(item.bh) * blocks + item.m0 / 64 + k];
+        EXPECT_EQ(at, -1) << what << ": item " << q << " takes a block outside the split tiles or twice";
+        at = 1;
+      }
+    }
+    int uncovered = 0;
+    for (int x : covered) uncovered += x == -1;
+    EXPECT_EQ(uncovered, 0) << what;
+  }
 }
 
 // The warp-specialized forward's consumers at D = 64 (ws_consumers_for): two only where three would
@@ -517,7 +565,7 @@ TEST(LaunchPlan, ForwardIndexRangesAreCheckedOnce) {
   EXPECT_NE(message({1, 1, 64, kMaxInt - 1022, 64}).find("k_len rounded up to whole key tiles (tile_k)"), std::string::npos);
   EXPECT_EQ(message({1, 1, 64, kMaxInt - 1023, 64}), "");
   opt.tile_k = 0;
-  // the warp-specialized kernel's tiles and pieces, counted in blocks of 64 rows of whole 192-row
+  // the warp-specialized kernel's tiles and items, counted in blocks of 64 rows of whole 192-row
   // tiles: 3 x 5,462 = 16,386 per head of 2^20 rows; 4 x 32,764 heads x 16,386 = 2^31 - 32
   EXPECT_NE(message({32765, 4, 1 << 20, 64, 64}).find("batch * heads * blocks of 64 query rows in whole tiles of 192"), std::string::npos);
   EXPECT_EQ(message({32764, 4, 1 << 20, 64, 64}), "");

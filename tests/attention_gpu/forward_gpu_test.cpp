@@ -9,6 +9,9 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
+#include <algorithm>
 
 #include "gpu_support.hpp"
 #include "plan.hpp"
@@ -251,35 +254,39 @@ TEST(FusedForwardGpu, EveryHeadGetsTheBitsItGetsAlone) {
   }
 }
 
-// Full attention's last round as 64-row pieces (ws_tail_tiles_for, WsTileOrder): a piece's rows walk
-// the steps they walk in a tile, so the heads whose last tiles the split takes must get the bits they
-// get alone (a head alone: the one-consumer build), every output element written (run_gpu's guards).
-// The shape is this device's: the fewest heads of 1,000 rows whose grid splits, at each head dim.
+// Full attention's last round as pieces (ws_tail_for, tail_pieces.hpp): a row walks the same steps
+// in an item as in a tile, so the heads whose last tiles the split takes must get the bits they get
+// alone (a head alone: the one-consumer build), every output element written (run_gpu's guards). The
+// shapes are this device's: the fewest heads of 1,100 rows whose grid splits in items of one block
+// (both head dims) and of two (three consumers at D = 64; 18 blocks a head, so no head ends in a
+// lone one).
 TEST(FusedForwardGpu, SplitLastRoundGivesEveryRowItsBitsAlone) {
   SF_REQUIRE_GPU();
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  for (int dim : {64, 128}) {
+  for (const auto [dim, group] : {std::pair{64, 1}, std::pair{64, 2}, std::pair{128, 1}}) {
     AttentionShape s{};
-    int tail = 0, blocks = 0;
-    for (int h = 1; h <= 400 && tail == 0; ++h) {
-      s = AttentionShape{1, h, 1000, 1000, dim};
+    cuda::WsTailSplit split{};
+    int head_tiles = 0;
+    for (int h = 1; h <= 400 && split.group != group; ++h) {
+      s = AttentionShape{1, h, 1100, 1100, dim};
       if (!cuda::takes_warp_specialized_forward(s, false, sms)) continue;
       const int consumers = cuda::ws_consumers_for(s, false, sms);
-      tail = cuda::ws_tail_tiles_for(s, false, sms, consumers);
-      blocks = (s.q_len + 64 * consumers - 1) / (64 * consumers);
+      split = cuda::ws_tail_for(s, false, sms, consumers);
+      head_tiles = (s.q_len + 64 * consumers - 1) / (64 * consumers);
     }
-    ASSERT_GT(tail, 0) << "no grid of up to 400 heads splits at D = " << dim << " on " << sms << " SMs";
-    const Inputs in = random_inputs(s, Layout::bhtd, 7100 + dim);
+    ASSERT_EQ(split.group, group) << "no grid of up to 400 heads splits in items of " << group << " at D = " << dim << " on " << sms << " SMs";
+    const Inputs in = random_inputs(s, Layout::bhtd, 7100 + dim + group);
     AttentionOptions opt = fused_causal_with_residual(ShiftPolicy::standard);
     opt.causal = false;
     const Outputs all = run_gpu(in, opt, /*backward=*/false);
-    const int split_heads = (tail + blocks - 1) / blocks;  // the schedule's last tiles: the last heads'
+    const int split_heads = (split.tiles + head_tiles - 1) / head_tiles;  // the schedule's last tiles: the last heads'
     std::vector<int> checked{0};  // and the head before them, which no split touches
     for (int h = std::max(1, s.heads - split_heads - 1); h < s.heads; ++h) checked.push_back(h);
     for (int h : checked) {
-      EXPECT_EQ(outputs_differing_from_alone(in, all, opt, h), 0)
-          << "D = " << dim << ", " << s.heads << " heads (" << tail << " tiles split), head " << h << ": outputs in the batch vs alone";
+      EXPECT_EQ(outputs_differing_from_alone(in, all, opt, h), 0) << "D = " << dim << ", " << s.heads << " heads (" << split.tiles
+                                                                  << " tiles split in items of " << group << "), head " << h
+                                                                  << ": outputs in the batch vs alone";
     }
   }
 }
