@@ -21,10 +21,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/stableflash-device}
-ours=attention_forward cudnn=fprop cache=none
+ours=attention_forward cudnn=fprop pass=forward cache=none
 while [ $# -gt 0 ]; do
   case "$1" in
-    --backward) ours=attention_backward_wgmma cudnn=bprop; shift ;;
+    --backward) ours=attention_backward_wgmma cudnn=bprop pass=backward; shift ;;
     --cold) cache=all; shift ;;
     -*) echo "unknown option: $1" >&2; exit 2 ;;
     *) break ;;
@@ -52,22 +52,14 @@ print(f"{statistics.median(v) / 1000:.1f}" if v else "failed")'
 for s in ${shapes//,/ }; do
   [[ $s =~ ^([0-9]+)x([0-9]+)x([0-9]+)x(64|128):(causal|full)$ ]] || { echo "shape: BxHxTxD:causal|full (got '$s')" >&2; exit 2; }
   B=${BASH_REMATCH[1]} H=${BASH_REMATCH[2]} T=${BASH_REMATCH[3]} D=${BASH_REMATCH[4]}
-  causal=$([ "${BASH_REMATCH[5]}" = causal ] && echo True || echo False)
+  mask=${BASH_REMATCH[5]}
   times=()
   for v in "$@"; do
     times+=("$( (. scripts/device-libs.sh && use_device_libraries ".ab/$v" &&
       "${profile[@]}" --kernel-name regex:"$ours" ".ab/$v/stableflash" bench attention --shapes "$s" --numerics fused \
         --policy standard --delta-source compensated --warmup 0 --windows 1 --min-window-ms 1 --no-check 2>/dev/null) | median_us)")
   done
-  c_us=$("${profile[@]}" --kernel-name regex:"$cudnn" python3 -c "
-import torch, torch.nn.functional as F
-from torch.nn.attention import sdpa_kernel, SDPBackend
-q, k, v = (torch.randn($B, $H, $T, $D, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-    for _ in range(6):
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=$causal)
-        if '$cudnn' == 'bprop': o.backward(torch.randn_like(o))
-torch.cuda.synchronize()" 2>/dev/null | median_us)
+  c_us=$("${profile[@]}" --kernel-name regex:"$cudnn" python3 scripts/cudnn_sdpa_calls.py "$B" "$H" "$T" "$D" "$mask" "$pass" 6 2>/dev/null | median_us)
   ratios=$(python3 -c "import sys; c = sys.argv[1]; print(' |'.join(f' {float(t) / float(c):.3f}' if 'failed' not in (t, c) else ' -' for t in sys.argv[2:]))" "$c_us" "${times[@]}")
   printf '| %s |' "$s"; printf ' %s |' "${times[@]}"; printf ' %s |%s |\n' "$c_us" "$ratios"
 done | tee -a "$OUT/attention-cycles.md"

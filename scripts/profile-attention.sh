@@ -48,18 +48,8 @@ ncu --kernel-name regex:"$ours_kernel" --launch-skip 2 --launch-count 1 "${secti
   --delta-source "${PROFILE_DELTA:-compensated}" --windows 1 --no-check >"$work/profile-ours.log" 2>&1 ||
   { echo "ncu of ours failed ($work/profile-ours.log):"; tail -5 "$work/profile-ours.log"; status=1; }
 # cuDNN through PyTorch's SDPA (forward, or forward and backward)
-python_cudnn="
-import torch, torch.nn.functional as F
-from torch.nn.attention import sdpa_kernel, SDPBackend
-q, k, v = (torch.randn($B, $H, $T, $D, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-    for _ in range(4):
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=$([ "$mask" = causal ] && echo True || echo False))
-        if '$pass' == 'backward': o.backward(torch.randn_like(o))
-torch.cuda.synchronize()
-"
 ncu --kernel-name regex:"$cudnn_kernel" --launch-skip 2 --launch-count 1 "${sections[@]}" -f -o "$work/profile-cudnn" \
-  python3 -c "$python_cudnn" >"$work/profile-cudnn.log" 2>&1 || { echo "ncu of cuDNN failed:"; tail -5 "$work/profile-cudnn.log"; status=1; }
+  python3 scripts/cudnn_sdpa_calls.py "$B" "$H" "$T" "$D" "$mask" "$pass" 4 >"$work/profile-cudnn.log" 2>&1 || { echo "ncu of cuDNN failed:"; tail -5 "$work/profile-cudnn.log"; status=1; }
 
 for r in ours cudnn; do
   [ -f "$work/profile-$r.ncu-rep" ] || continue
