@@ -250,11 +250,13 @@ int ws_consumers_for(const AttentionShape& s, bool causal, int sms) {
 // tile's take less: one block, a CTA's lone consumer, walks it in about 0.75 of a tile's time (no
 // turns to wait for), measured (H100, docs/benchmarks.md) at 1,8,16384,64 full +5.3% (6.2% fewer
 // cycles); but 132 of them on 132 SMs (8,16,4097,64 full, an earlier build) ran 2.4% slower, a CTA
-// that finishes early taking two: so one-block items only where they fit on two thirds of the SMs. Items of more blocks (three consumers) only
-// where each CTA takes one at most, and where no head ends in a lone block: such a tile is cheap (one
-// consumer), so the CTAs drift apart over the schedule, the last round is no longer a round, and the
-// larger items only add work (two-block items: 2,16,2048,64 full 6.4% less time, 2,16,8192,64 1.9%;
-// GPT-2 full, 1,024 rows = 5 x 192 + 64, 0.7% more).
+// that finishes early taking two: so one-block items only where they fit on two thirds of the SMs.
+// Items of more blocks (three consumers) only where each CTA takes one at most, and where no head
+// ends in a lone block: such a tile is cheap (one consumer), so the CTAs drift apart over the
+// schedule, the last round is no longer a round, and the larger items only add work (GPT-2 full,
+// 1,024 rows = 5 x 192 + 64: 0.7% more time with them). Two-block items at the locked clock (H100,
+// docs/benchmarks.md): 2,16,2048,64 full 6.2% less time, 2,16,8192,64 full 1.6% less, the unsplit
+// shapes' as before (GPT-2 full +0.2%, 32,16,2048,64 full +0.1%: within the 0.6% noise).
 WsTailSplit ws_tail_for(const AttentionShape& s, bool causal, int sms, int consumers) {
   if (causal || consumers < 2 || sms <= 0) return {};
   const std::int64_t tiles = std::int64_t(s.batch) * s.heads * blocks(s.q_len, 64 * consumers);
