@@ -109,8 +109,17 @@ def label(k):
 
 
 def rounds_note(shapes):
-    n = max((m.get("rounds", 1) for _, s in shapes for m in s.values()), default=1)
-    return f" Times: the median of {n} rounds (each round every shape once, in the sweep's order)." if n > 1 else ""
+    """The rounds behind the times: every shape's count, or, where they differ (two halves of a sweep
+    each with the benchmark shapes), which shapes have more than one."""
+    counts = {k: max((m.get("rounds", 1) for m in s.values()), default=1) for k, s in shapes}
+    n = max(counts.values(), default=1)
+    if n <= 1:
+        return ""
+    if min(counts.values()) == n:
+        return f" Times: the median of {n} rounds (each round every shape once, in the sweep's order)."
+    more = [k for k, c in counts.items() if c > 1]
+    return (f" Times: one measurement a shape, but the median of {n} for {len(more)} shape(s) measured more than once "
+            f"({', '.join(label(k) for k in more)}).")
 
 
 def device_note(meta):

@@ -94,6 +94,16 @@ if cells:
     check(f"one round: the check as recorded (got {cells[16]})", cells[16] == "pass")
 check("one round: no rounds note", "rounds" not in header)
 
+# Shapes measured unequally often (a sweep in two halves, each with the benchmark shapes): the header
+# says which shapes have more than one measurement instead of calling every time a median of rounds.
+other = {**SHAPE, "T": 4096}
+text = table_text([ours("compensated", 1.0, 4.0), ours("rounded", 0.9, 3.0), record("cudnn", 0.5, 2.0),
+                   ours("compensated", 1.2, 4.0), ours("rounded", 0.9, 3.0), record("cudnn", 0.5, 2.0),
+                   {**ours("compensated", 8.0, 30.0), **other}, {**record("cudnn", 8.0, 30.0), **other}])
+head = text.splitlines()[0] if text else ""
+check(f"unequal rounds: the header names the shape measured twice (got {head[-160:]})",
+      "one measurement a shape, but the median of 2 for 1 shape(s) measured more than once (2,16,2048,64 causal)" in head)
+
 # An extra δ source (SWEEP_EXTRA_DELTAS=exact): its backward against cuDNN's in the summary, with the
 # issue's bound of 0.8; here 2.0 ms / 2.4 ms = 0.833 (above it) and 2.0 / 4.0 = 0.500 (below it).
 for exact_ms, want in ((2.4, ">= 0.8 at 1/1 shapes"), (4.0, ">= 0.8 at 0/1 shapes (below: 2,16,2048,64 causal 0.500)")):
