@@ -10,6 +10,9 @@
 #                                                     # launch_gap run by hand) to build-cuda/devbin
 #                                                     # (and build-cuda/devbin.tar.xz, what travels) and
 #                                                     # the peer scripts to .peers
+#                    scripts/device-check.sh pack --sweep-only   # the same with stableflash and the wheel
+#                                                     # alone (~11 MB against ~31 MB): what the attention
+#                                                     # sweep needs, for calls whose carry is near its limit
 #   GPU machine:     scripts/device-check.sh [--quick] [--skip-tests] [--skip-sanitizer] [--skip-audit] [--skip-peer-values] [--skip-bench]
 #                                              [--skip-train] [--skip-train-bench] [--train-only] [--skip-dist] [--dist-only] [--skip-python] [--python [--full]]
 #                                              [--skip-dist-bench] [--dist-bench-only] [--sweep]
@@ -36,11 +39,19 @@ BIN=${STABLEFLASH_DEVBIN:-build-cuda/devbin}
 PEERS=${STABLEFLASH_PEERS:-.peers}
 
 if [ "${1:-}" = "pack" ]; then
+  case "${2:-}" in
+    "") sweep_only=0 ;;
+    --sweep-only) sweep_only=1 ;;
+    *) echo "pack: unknown option '$2' (--sweep-only or nothing)" >&2; exit 2 ;;
+  esac
   # The peer script is what every comparison on the GPU machine runs (benchmarks, values, the
   # trainer's peer, the audit of PyTorch): a pack without it is no pack.
   peers_src=${STABLEFLASH_PEERS_SRC:-../shared/peers}
   [ -f "$peers_src/torch_peers.py" ] ||
     { echo "pack: $peers_src/torch_peers.py is missing (the PyTorch peer script; STABLEFLASH_PEERS_SRC names its folder)" >&2; exit 1; }
+  # a pack holds this build's files only (a sweep-only pack after a full one would carry the full one's
+  # binaries along): an earlier pack's folder is emptied, any other folder left alone
+  if [ -f "$BIN/built-from.txt" ]; then rm -rf "$BIN"; fi
   mkdir -p "$BIN" "$PEERS"
   # Build first: a pack of stale binaries measures an older tree under the current commit's name. The
   # wheel is rebuilt from the same build (the sweep's --interleaved protocol runs ours through it; a
@@ -51,6 +62,7 @@ if [ "${1:-}" = "pack" ]; then
     { echo "pack: scripts/build-wheel.sh failed" >&2; exit 1; }
   bins="build-cuda/stableflash build-cuda/kernel_lab build-cuda/gemm_lab build-cuda/launch_gap build-cuda/ce_lab build-cuda/tests/attention_gpu/attention_gpu_tests build-cuda/tests/model_gpu/model_gpu_tests
         build-cuda/tests/optim_gpu/optim_gpu_tests build-cuda/tests/train_gpu/train_gpu_tests build-cuda/tests/train_gpu/train_probes_gpu_tests"
+  [ $sweep_only = 0 ] || bins=build-cuda/stableflash  # attention-sweep.sh: the program and the wheel
   cp $bins "$BIN"/
   for b in $bins; do strip "$BIN/$(basename "$b")" 2>/dev/null || true; done
   . scripts/device-libs.sh && copy_runtime_libraries "$BIN" $bins

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# the whole sweep on one card (the binaries of `scripts/device-check.sh pack`, built-from.txt names them), for
+# the whole sweep on one card (the binaries of `scripts/device-check.sh pack --sweep-only`, built-from.txt names
+# them; carry build-cuda/devbin.tar.xz and .peers), for
 # an H200 (pending call 2 of docs/benchmarks.md; not run yet), interleaved with cuDNN under CUDA graphs,
 # the exact δ timed too, both halves by head dim in one call
 S0=$SECONDS
