@@ -97,7 +97,7 @@ import sys, torch
 from safetensors.torch import save_file
 g = torch.Generator().manual_seed(7)
 # d128many: 256 tiles of 128 rows, more than an SM's one (the persistent grid's later rounds);
-# d128tail: 136 tiles, whose last 4 the plan splits into 64-row pieces on 132 SMs (ws_tail_tiles_for)
+# d128tail: 136 tiles, whose last 4 the plan splits into one-block items on 132 SMs (ws_tail_for)
 for name, (B, H, T, D) in {"d128": (2, 8, 1000, 128), "d64": (2, 12, 1024, 64), "d128long": (1, 4, 2100, 128),
                            "d128many": (2, 16, 1000, 128), "d128tail": (1, 17, 1024, 128)}.items():
     save_file({n: (torch.randn(B, H, T, D, generator=g) * 2).to(torch.bfloat16) for n in ("q", "k", "v")},
