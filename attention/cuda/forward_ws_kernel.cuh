@@ -176,7 +176,9 @@ struct WsTileOrder {
         causal_lead((blocks * kRows - p.q_len) / 64 * 64) {
     // K and V, BF16, of one query head (grouped-query heads share theirs)
     const long long kv_bytes = (4ll * kHeadDim * max(p.k_len, 1) + p.kv_group - 1) / p.kv_group;
-    tiles = tail(p).schedule(batch_heads);  // < 2^31: check_forward_index_ranges (an item has a block or more)
+    // assigned here, not in the initializer list: from there ptxas chose other instructions throughout
+    // the kernels (the same SASS from here, which the device measured)
+    tiles = ws_schedule_length(p, kRows / 64);
     const long long budget = kv_bytes * batch_heads <= kL2Whole ? kL2Whole : kL2Budget;
     section = causal ? int(max(1ll, min(budget / kv_bytes, (long long)batch_heads))) : 1;
   }
@@ -184,11 +186,6 @@ struct WsTileOrder {
   __device__ int tile(int round) const {
     const int g = gridDim.x, place = round & 1 ? g - 1 - blockIdx.x : blockIdx.x;
     return round * g + place;  // >= tiles: this CTA is done (only the last round is partial)
-  }
-  // The split of the last round, from the launch's parameters each time (they sit in constant
-  // memory; kept in the order, its fields took the producer's registers, which spilled).
-  __device__ WsTailPieces tail(const ForwardParams& p) const {
-    return WsTailPieces::of(p.q_len, batch_heads, kRows / 64, p.tail_tiles, p.tail_group);
   }
   struct Tile {
     int m0, h, b;

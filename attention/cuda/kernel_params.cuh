@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "stableflash/attention/shift_policies.hpp"
+#include "tail_pieces.hpp"
 
 // Keys per step of the fused wgmma forward's fast path at head dim 64 (WgmmaForwardTraits);
 // a build option for comparing tilings.
@@ -202,6 +203,15 @@ struct alignas(16) WsTile {
   // row 0 by more than its 64 rows, as a causal sequence's first tile leaves its early consumers.
   static constexpr int kNoRows = -(1 << 20);
 };
+
+// The warp-specialized forward's schedule length: every head's tiles of `consumers` 64-row blocks, the
+// last round's p.tail_tiles of them taken as items (tail_pieces.hpp). The launch sizes its grid from it,
+// WsTileOrder ends its schedule there. At most the 64-row blocks of whole 192-row tiles: < 2^31,
+// check_forward_index_ranges.
+__host__ __device__ inline int ws_schedule_length(const ForwardParams& p, int consumers) {
+  const int batch_heads = p.batch * p.heads;
+  return WsTailPieces::of(p.q_len, batch_heads, consumers, p.tail_tiles, p.tail_group).schedule(batch_heads);
+}
 
 template <int kHeadDim_, int kConsumers_ = kHeadDim_ == 64 ? 3 : 2>
 struct WsForwardTraits {
