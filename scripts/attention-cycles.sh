@@ -9,10 +9,12 @@
 # floats, shared by every implementation's windows), and short shapes read the kernel alone, without
 # the host.
 #
-#   GPU machine (carry .ab):  scripts/attention-cycles.sh [--backward] [--cold] SHAPES NAME [NAME ...]
+#   GPU machine (carry .ab):  scripts/attention-cycles.sh [--backward|--exact-delta] [--cold] SHAPES NAME [NAME ...]
 #   SHAPES: BxHxTxD:causal|full,...; ours with the default options but δ compensated (standard shift).
 #   --backward: the backward's main kernel (attention_backward_wgmma; ours also runs a δ pass and a
 #   dQ conversion, cuDNN its own helpers: neither is counted) instead of the forward kernel.
+#   --exact-delta: the `exact` δ pass (delta_exact_kernel, ours with --delta-source exact) instead;
+#   cuDNN's column is then its backward kernel, so the ratio is the pass's share of that time.
 #   --cold: Nsight Compute flushes the caches before every profiled launch (its default); without
 #   it the inputs stay in L2 from the launch before, as in the bench and the sweep.
 #
@@ -21,16 +23,17 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/stableflash-device}
-ours=attention_forward cudnn=fprop pass=forward cache=none
+ours=attention_forward cudnn=fprop pass=forward cache=none delta=compensated
 while [ $# -gt 0 ]; do
   case "$1" in
     --backward) ours=attention_backward_wgmma cudnn=bprop pass=backward; shift ;;
+    --exact-delta) ours=delta_exact_kernel cudnn=bprop pass=backward delta=exact; shift ;;
     --cold) cache=all; shift ;;
     -*) echo "unknown option: $1" >&2; exit 2 ;;
     *) break ;;
   esac
 done
-shapes=${1:?usage: scripts/attention-cycles.sh [--backward] [--cold] SHAPES NAME [NAME ...]}
+shapes=${1:?usage: scripts/attention-cycles.sh [--backward|--exact-delta] [--cold] SHAPES NAME [NAME ...]}
 shift
 [ $# -ge 1 ] || { echo "name at least one packed variant (.ab/NAME.tar.xz)" >&2; exit 2; }
 command -v ncu >/dev/null || { echo "ncu (Nsight Compute) is not on PATH" >&2; exit 2; }
@@ -57,7 +60,7 @@ for s in ${shapes//,/ }; do
   for v in "$@"; do
     times+=("$( (. scripts/device-libs.sh && use_device_libraries ".ab/$v" &&
       "${profile[@]}" --kernel-name regex:"$ours" ".ab/$v/stableflash" bench attention --shapes "$s" --numerics fused \
-        --policy standard --delta-source compensated --warmup 0 --windows 1 --min-window-ms 1 --no-check 2>/dev/null) | median_us)")
+        --policy standard --delta-source "$delta" --warmup 0 --windows 1 --min-window-ms 1 --no-check 2>/dev/null) | median_us)")
   done
   c_us=$("${profile[@]}" --kernel-name regex:"$cudnn" python3 scripts/cudnn_sdpa_calls.py "$B" "$H" "$T" "$D" "$mask" "$pass" 6 2>/dev/null | median_us)
   ratios=$(python3 -c "import sys; c = sys.argv[1]; print(' |'.join(f' {float(t) / float(c):.3f}' if 'failed' not in (t, c) else ' -' for t in sys.argv[2:]))" "$c_us" "${times[@]}")
