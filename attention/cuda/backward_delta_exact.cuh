@@ -11,7 +11,8 @@
 // other). Per warpgroup and key tile
 //   S = Q K^T, dP = dO V^T            wgmma m64n64 / m64n128, both operands K-major from SW128 shared memory
 //                                     (the forward's S), committed as two groups: P is formed while
-//                                     dP is still on the tensor cores
+//                                     dP is still on the tensor cores; with two warpgroups the next
+//                                     tile's S is issued before this tile's P dP is added (kAhead)
 //   part += P dP                      per element, in accumulator order (the mma.sync m16n8
 //                                     layout per warp: rows g, g + 8, keys 8 nj + 2t + {0, 1})
 // and at the end the quad's four parts are added (quad_sum). The elementwise expressions are the
@@ -30,6 +31,7 @@
 #include "stableflash/attention/rounding_points.hpp"
 #include "tma.cuh"
 #include "warp_mma.cuh"
+#include "warpgroup_registers.cuh"
 #include "wgmma.cuh"
 
 namespace stableflash::attention::cuda {
@@ -61,8 +63,17 @@ struct DeltaExactStorage {
   static_assert(kTile % 1024 == 0 && kKvTile % 1024 == 0, "SW128 atoms are 1024-byte aligned");
 };
 
-// Threads of a CTA: W warpgroups and the copy warp.
-constexpr int delta_exact_threads(int warpgroups) { return 128 * warpgroups + 32; }
+// Threads of a CTA: W warpgroups and the copy warp, which is a whole warpgroup where W = 2. There
+// ptxas (CUDA 13.0) gives a thread at most 168 registers (the CTA counted in whole warpgroups,
+// cta_start_registers(384)), and a consumer holding two tiles' S and one dP (64 registers each at
+// 128 keys) needs more; the copy warpgroup gives its registers to the consumers (setmaxnreg, which
+// all four of its warps execute), as the backward's producer does.
+constexpr int delta_exact_copy_threads(int warpgroups) { return warpgroups > 1 ? 128 : 32; }
+constexpr int delta_exact_threads(int warpgroups) { return 128 * warpgroups + delta_exact_copy_threads(warpgroups); }
+// The setmaxnreg budgets where the copy threads are a warpgroup (the backward's: 24 / 240).
+inline constexpr int kDeltaExactCopyRegisters = 24, kDeltaExactConsumerRegisters = 240;
+static_assert(kDeltaExactCopyRegisters + 2 * kDeltaExactConsumerRegisters <= 3 * cta_start_registers(delta_exact_threads(2)),
+              "setmaxnreg only moves the CTA's registers between its warpgroups");
 
 // Grid (ceil(Tq / (64 W)), H, B), delta_exact_threads(W) threads.
 template <int D, bool kPaper, int W>
@@ -122,7 +133,9 @@ __global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(con
     }
   }
   __syncthreads();  // the barriers are initialized
+  constexpr bool kReconfigure = W > 1;  // the copy threads are a warpgroup (delta_exact_copy_threads)
   if (wg == W) {  // the copy warp: slot s % 2 refilled with step s once step s - 2 is done with it
+    if constexpr (kReconfigure) release_registers<kDeltaExactCopyRegisters>();
     if (threadIdx.x == copier) {
       for (int s = 2; s < n_steps; ++s) {
         mbar_wait(bar_free(s & 1), ((s >> 1) - 1) & 1);
@@ -131,6 +144,7 @@ __global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(con
     }
     return;
   }
+  if constexpr (kReconfigure) claim_registers<kDeltaExactConsumerRegisters>();
 
   // A row's keys fit one main-kernel CTA: this pass then adds in that kernel's order (attention_delta
   // alone must give the backward's bits; a warp-uniform branch, one per key tile)
@@ -146,34 +160,45 @@ __global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(con
   }
   if (n_steps > 0) mbar_wait(bar_qdo, 0);
 
-  for (int s = 0; s < n_steps; ++s) {
-    const int slot = s & 1;
-    const std::uint32_t parity = (s >> 1) & 1;
-    mbar_wait(bar_full(slot), parity);
-    float sc[NT][4], dp[NT][4];  // [64 rows, BK keys]: this thread's rows 16 warp + g (+ 8), keys 8 nj + 2t (+ 1)
+  // Per tile s: S and dP issued, P formed while dP runs, then P dP added. With two warpgroups a
+  // consumer has the registers for a second S, so the next tile's S is issued before this tile's
+  // P dP is added and runs on the tensor cores meanwhile (FlashAttention-3's intra-warpgroup
+  // overlap); with one (D = 64, four CTAs an SM) the other CTAs fill that time. The loop's
+  // iterations end with every product landed: accumulators in flight across the back edge (where
+  // the compiler may copy them) would serialize the wgmma (ptxas C7515).
+  constexpr bool kAhead = W > 1;
+  float sc[2][NT][4], dp[NT][4];  // [64 rows, BK keys]: this thread's rows 16 warp + g (+ 8), keys 8 nj + 2t (+ 1)
+  auto issue_s = [&](float (&c)[NT][4], int s) {
+    mbar_wait(bar_full(s & 1), (s >> 1) & 1);
     wgmma_fence();
-    issue_scores<D, BK>(sc, s_q_wg, s_k0 + slot * kKvTile);
+    issue_scores<D, BK>(c, s_q_wg, s_k0 + (s & 1) * kKvTile);
     wgmma_commit();
-    issue_scores<D, BK>(dp, s_do_wg, s_v0 + slot * kKvTile);
+  };
+  auto issue_dp = [&](int s) {
+    wgmma_fence();
+    issue_scores<D, BK>(dp, s_do_wg, s_v0 + (s & 1) * kKvTile);
     wgmma_commit();
+  };
+  auto form_p = [&](float (&c)[NT][4], int s) {  // S_s into P_s while dP_s runs; returns with dP_s landed
     wgmma_wait<1>();  // S has landed; dP may still run
-    fence_registers(sc);
+    fence_registers(c);
     if (s * BK + BK - 1 > min_last) {  // keys a row does not see: S = -inf, so P = 0 (one branch per tile)
 #pragma unroll
       for (int nj = 0; nj < NT; ++nj)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          if (s * BK + nj * 8 + 2 * t + (e & 1) > last[e / 2]) sc[nj][e] = -__builtin_huge_valf();
+          if (s * BK + nj * 8 + 2 * t + (e & 1) > last[e / 2]) c[nj][e] = -__builtin_huge_valf();
     }
 #pragma unroll
     for (int nj = 0; nj < NT; ++nj)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        sc[nj][e] = kPaper ? paper::prob(paper::score(sc[nj][e], p.scale), lse[e / 2])
-                           : fused::prob_fast(fused::score(sc[nj][e], p.scale), lse[e / 2]);
+        c[nj][e] = kPaper ? paper::prob(paper::score(c[nj][e], p.scale), lse[e / 2])
+                          : fused::prob_fast(fused::score(c[nj][e], p.scale), lse[e / 2]);
     wgmma_wait<0>();  // dP has landed: this thread's products no longer read the slot
     fence_registers(dp);
-    if (lane == 0) mbar_arrive(bar_free(slot));  // this warp no longer reads the slot
+  };
+  auto add_pdp = [&](const float (&c)[NT][4]) {
     if (one_block) {  // exact_delta_order.cuh: 16-key groups, each summed as the main kernel sums it
 #pragma unroll
       for (int w = 0; w < BK / kExactDeltaGroupKeys; ++w)
@@ -183,7 +208,7 @@ __global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(con
 #pragma unroll
           for (int e2 = 0; e2 < 2; ++e2) {
             const int e = 2 * hf + e2;
-            a[e2] = exact_delta_key_pair(sc[2 * w][e], mode_dprob(dp[2 * w][e]), sc[2 * w + 1][e], mode_dprob(dp[2 * w + 1][e]));
+            a[e2] = exact_delta_key_pair(c[2 * w][e], mode_dprob(dp[2 * w][e]), c[2 * w + 1][e], mode_dprob(dp[2 * w + 1][e]));
           }
           part[hf] = __fadd_rn(part[hf], quad_sum(__fadd_rn(a[0], a[1])));
         }
@@ -191,8 +216,40 @@ __global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(con
 #pragma unroll
       for (int nj = 0; nj < NT; ++nj)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) part[e / 2] += sc[nj][e] * mode_dprob(dp[nj][e]);
+        for (int e = 0; e < 4; ++e) part[e / 2] += c[nj][e] * mode_dprob(dp[nj][e]);
     }
+  };
+  // tile s, P_s in `cur` (formed ahead where kAhead): its P dP added
+  auto tile_alone = [&](float (&cur)[NT][4], int s) {
+    if constexpr (!kAhead) issue_s(cur, s), issue_dp(s), form_p(cur, s);
+    if (lane == 0) mbar_arrive(bar_free(s & 1));  // this warp no longer reads the slot
+    add_pdp(cur);
+  };
+  // the same with S_(s+1) issued into `next` first and P_(s+1) formed after. Called only where a tile
+  // follows: wgmma issued under a run-time condition make ptxas serialize them (C7514), as if the
+  // P dP additions read an accumulator still in flight.
+  auto tile_ahead = [&](float (&cur)[NT][4], float (&next)[NT][4], int s) {
+    if (lane == 0) mbar_arrive(bar_free(s & 1));
+    issue_s(next, s + 1);
+    add_pdp(cur);
+    issue_dp(s + 1);
+    form_p(next, s + 1);
+  };
+  if constexpr (kAhead) {
+    if (n_steps > 0) issue_s(sc[0], 0), issue_dp(0), form_p(sc[0], 0);
+    int s = 0;
+    for (; s + 2 < n_steps; s += 2) {  // two tiles an iteration, each with one after it: S's buffers by constant index
+      tile_ahead(sc[0], sc[1], s);
+      tile_ahead(sc[1], sc[0], s + 1);
+    }
+    if (s + 1 < n_steps) {  // the last two tiles
+      tile_ahead(sc[0], sc[1], s);
+      tile_alone(sc[1], s + 1);
+    } else if (s < n_steps) {  // the last one
+      tile_alone(sc[0], s);
+    }
+  } else {
+    for (int s = 0; s < n_steps; ++s) tile_alone(sc[0], s);
   }
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
