@@ -6,9 +6,9 @@
 // and V tiles: one at D = 64 (four CTAs share an SM and overlap each other's products and
 // arithmetic), two at D = 128 (half the K/V traffic from L2 at the same threads per SM). Q and dO
 // arrive once by bulk tensor copies (TMA), K and V in tiles of kDeltaExactKeys<D> keys (64 at D = 64,
-// 128 at 128) double buffered, one thread of a copy warp after the warpgroups issuing every copy
-// (it refills a slot once every consumer warp is done with it, so neither warpgroup waits for the
-// other). Per warpgroup and key tile
+// 128 at 128) double buffered, one thread of a copy warp (a warpgroup at D = 128, whose registers
+// the consumers take) after the warpgroups issuing every copy (it refills a slot once every
+// consumer warp is done with it, so neither warpgroup waits for the other). Per warpgroup and key tile
 //   S = Q K^T, dP = dO V^T            wgmma m64n64 / m64n128, both operands K-major from SW128 shared memory
 //                                     (the forward's S), committed as two groups: P is formed while
 //                                     dP is still on the tensor cores; with two warpgroups the next
@@ -174,8 +174,9 @@ __global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(con
     issue_scores<D, BK>(c, s_q_wg, s_k0 + (s & 1) * kKvTile);
     wgmma_commit();
   };
-  auto issue_dp = [&](int s) {
-    wgmma_fence();
+  // dP_s; `fence`: dP's registers were read since the last wgmma_fence (an issue right after S's needs none)
+  auto issue_dp = [&](int s, bool fence) {
+    if (fence) wgmma_fence();
     issue_scores<D, BK>(dp, s_do_wg, s_v0 + (s & 1) * kKvTile);
     wgmma_commit();
   };
@@ -221,7 +222,7 @@ __global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(con
   };
   // tile s, P_s in `cur` (formed ahead where kAhead): its P dP added
   auto tile_alone = [&](float (&cur)[NT][4], int s) {
-    if constexpr (!kAhead) issue_s(cur, s), issue_dp(s), form_p(cur, s);
+    if constexpr (!kAhead) issue_s(cur, s), issue_dp(s, false), form_p(cur, s);
     if (lane == 0) mbar_arrive(bar_free(s & 1));  // this warp no longer reads the slot
     add_pdp(cur);
   };
@@ -232,11 +233,11 @@ __global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(con
     if (lane == 0) mbar_arrive(bar_free(s & 1));
     issue_s(next, s + 1);
     add_pdp(cur);
-    issue_dp(s + 1);
+    issue_dp(s + 1, true);
     form_p(next, s + 1);
   };
   if constexpr (kAhead) {
-    if (n_steps > 0) issue_s(sc[0], 0), issue_dp(0), form_p(sc[0], 0);
+    if (n_steps > 0) issue_s(sc[0], 0), issue_dp(0, false), form_p(sc[0], 0);
     int s = 0;
     for (; s + 2 < n_steps; s += 2) {  // two tiles an iteration, each with one after it: S's buffers by constant index
       tile_ahead(sc[0], sc[1], s);
