@@ -3,9 +3,9 @@
 # forward, at 1,8,16384,128 full (exact backward 0.773x cuDNN, forward 5.3% more time than cuDNN's
 # at the locked clock in the s37/s38 measurements): Nsight Compute's speed-of-light, launch,
 # memory-workload, compute and warp-state sections for one launch each of main39's delta_exact_kernel,
-# rsx's (Q and dO register operands), main39's forward and cuDNN's fprop.
+# pipe's (the next tile's S issued ahead, branch exact-pipelined), main39's forward and cuDNN's fprop.
 OUT=${OUT:-/tmp/stableflash-device}; mkdir -p $OUT; S0=$SECONDS
-. scripts/device-libs.sh && unpack_ab_variants main39 rsx
+. scripts/device-libs.sh && unpack_ab_variants main39 pipe
 SHAPE=1x8x16384x128:full
 SEC="--section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis --section WarpStateStats"
 MET=(--metrics 'regex:^(sm__pipe_tensor.*cycles_active\.avg\.pct_of_peak_sustained_active|sm__pipe_shared_cycles_active\.avg\.pct_of_peak_sustained_active|lts__t_bytes\.sum\.per_second|launch__cluster.*)$')
@@ -20,7 +20,7 @@ prof() {  # name kernel-regex command...
 }
 BENCH=(bench attention --shapes $SHAPE --numerics fused --policy standard --warmup 0 --windows 1 --min-window-ms 1 --no-check)
 (use_device_libraries .ab/main39 && prof delta-main39 delta_exact .ab/main39/stableflash "${BENCH[@]}" --delta-source exact)
-(use_device_libraries .ab/rsx && prof delta-rsx delta_exact .ab/rsx/stableflash "${BENCH[@]}" --delta-source exact)
+(use_device_libraries .ab/pipe && prof delta-pipe delta_exact .ab/pipe/stableflash "${BENCH[@]}" --delta-source exact)
 (use_device_libraries .ab/main39 && prof fwd-main39 attention_forward .ab/main39/stableflash "${BENCH[@]}" --delta-source compensated)
 prof fwd-cudnn fprop python3 scripts/cudnn_sdpa_calls.py 1 8 16384 128 full forward 4
 tar -C $OUT -czf $OUT/ncu-text.tar.gz $(cd $OUT && ls ncu-*.txt) && rm -f $OUT/ncu-*.txt
