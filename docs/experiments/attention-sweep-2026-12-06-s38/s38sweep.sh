@@ -3,7 +3,7 @@
 # them; carry build-cuda/devbin.tar.xz and .peers), for
 # an H200 (pending call 2 of docs/benchmarks.md; not run yet), interleaved with cuDNN under CUDA graphs,
 # the exact δ timed too, both halves by head dim in one call
-S0=$SECONDS
+OUT=${OUT:-/tmp/stableflash-device}; mkdir -p "$OUT"; S0=$SECONDS
 [ -d build-cuda/devbin ] || { mkdir -p build-cuda/devbin && tar -C build-cuda/devbin -xJf build-cuda/devbin.tar.xz; } || exit 2
 cat build-cuda/devbin/built-from.txt; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 for d in 128 64; do
