@@ -68,8 +68,8 @@ struct DeltaExactStorage {
 // cta_start_registers(384)), and a consumer holding two tiles' S and one dP (64 registers each at
 // 128 keys) needs more; the copy warpgroup gives its registers to the consumers (setmaxnreg, which
 // all four of its warps execute), as the backward's producer does.
-constexpr int delta_exact_copy_threads(int warpgroups) { return warpgroups > 1 ? 128 : 32; }
-constexpr int delta_exact_threads(int warpgroups) { return 128 * warpgroups + delta_exact_copy_threads(warpgroups); }
+__host__ __device__ constexpr int delta_exact_copy_threads(int warpgroups) { return warpgroups > 1 ? 128 : 32; }
+__host__ __device__ constexpr int delta_exact_threads(int warpgroups) { return 128 * warpgroups + delta_exact_copy_threads(warpgroups); }
 // The setmaxnreg budgets where the copy threads are a warpgroup (the backward's: 24 / 240).
 inline constexpr int kDeltaExactCopyRegisters = 24, kDeltaExactConsumerRegisters = 240;
 static_assert(kDeltaExactCopyRegisters + 2 * kDeltaExactConsumerRegisters <= 3 * cta_start_registers(delta_exact_threads(2)),
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(con
     }
   }
   __syncthreads();  // the barriers are initialized
-  constexpr bool kReconfigure = W > 1;  // the copy threads are a warpgroup (delta_exact_copy_threads)
+  constexpr bool kReconfigure = delta_exact_copy_threads(W) == 128;  // a copy warpgroup: its registers go to the consumers
   if (wg == W) {  // the copy warp: slot s % 2 refilled with step s once step s - 2 is done with it
     if constexpr (kReconfigure) release_registers<kDeltaExactCopyRegisters>();
     if (threadIdx.x == copier) {
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(con
   // overlap); with one (D = 64, four CTAs an SM) the other CTAs fill that time. The loop's
   // iterations end with every product landed: accumulators in flight across the back edge (where
   // the compiler may copy them) would serialize the wgmma (ptxas C7515).
-  constexpr bool kAhead = W > 1;
+  constexpr bool kAhead = kReconfigure;  // the second S takes the registers the copy warpgroup gives
   float sc[2][NT][4], dp[NT][4];  // [64 rows, BK keys]: this thread's rows 16 warp + g (+ 8), keys 8 nj + 2t (+ 1)
   auto issue_s = [&](float (&c)[NT][4], int s) {
     mbar_wait(bar_full(s & 1), (s >> 1) & 1);
