@@ -224,6 +224,7 @@ struct ForwardRows {
                              float (*deferred)[2] = nullptr) {
     constexpr bool kLog2 = kForm == PbarForm::log2_units;
     static_assert(!(kPaper && kLog2), "paper scores are rounded to BF16 before the shift");
+    const float scale_log2 = fused::log2_scale(p.scale);
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi)
 #pragma unroll
@@ -262,8 +263,9 @@ struct ForwardRows {
           }
           fell = choice.fell_back;
           m_new = fmaxf(m_old, choice.m);
-          if constexpr (kLog2) {
-            if (choice.m > m_old) m_t_new = fused::shift_log2(r1, fused::log2_scale(p.scale), r_m, choice.m);
+          if constexpr (kLog2) {  // a select, not a branch: ptxas then interleaves the rows' maxima
+            const float m_t_choice = fused::shift_log2(r1, scale_log2, r_m, choice.m);
+            m_t_new = choice.m > m_old ? m_t_choice : m_t_new;
           }
         }
         // A row that has seen no key keeps acc = l = 0, so its factor is irrelevant (paper: 0

@@ -113,10 +113,11 @@ SF_HD float score_log2(float dot, float scale_log2) { return mul_rn(dot, scale_l
 SF_HD float pbar_log2(float t, float m_t) { return exp2_fast(sub_rn(t, m_t)); }
 SF_HD float rescale_log2(float m_t_old, float m_t_new) { return exp2_fast(sub_rn(m_t_old, m_t_new)); }
 // m_t for a shift m that a policy chose from the row maximum r_m = score(r_dot, scale) of the raw dot
-// r_dot: the maximum's t where m = r_m (the standard shift), else that plus FP32((m - r_m) log2(e)).
+// r_dot: the maximum's t plus FP32((m - r_m) log2(e)), i.e. exactly that t where m = r_m (the standard
+// shift; t + 0 = t, and where t = -0 the exp2 of +-0 is 1 either way). No test: the kernels evaluate it
+// for every row of a step, beside the other rows' maxima.
 SF_HD float shift_log2(float r_dot, float scale_log2, float r_m, float m) {
-  const float t = score_log2(r_dot, scale_log2);
-  return m == r_m ? t : add_rn(t, mul_rn(sub_rn(m, r_m), kLog2e));
+  return add_rn(score_log2(r_dot, scale_log2), mul_rn(sub_rn(m, r_m), kLog2e));
 }
 
 // acc = acc * c + FP32-dot(BF16(P-bar), v); l = l * c + l_tile (all FP32).
