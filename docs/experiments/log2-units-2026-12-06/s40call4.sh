@@ -8,5 +8,5 @@ SH=2x16x2048x128:full,32x16x2048x128:full,1x8x16384x128:full,8x16x1000x128:full,
 AB_SHAPES=$SH timeout 330 scripts/attention-ab.sh --tests log2b main40 log2b > $OUT/ab.txt 2>&1
 echo "ab rc $? at $((SECONDS - S0)) s"; grep -E "PASSED|FAILED|ERROR SUMMARY|RACECHECK SUMMARY|failed|Failure|timed out" $OUT/ab.txt | head -20
 cat $OUT/attention-ab.md
-timeout 150 scripts/attention-cycles.sh $SH main40 log2b 2>main40 log2 2>&11 | tail -12
+timeout 150 scripts/attention-cycles.sh $SH main40 log2b 2>&1 | tail -12
 echo "done at $((SECONDS - S0)) s"
