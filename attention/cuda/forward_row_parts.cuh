@@ -65,7 +65,8 @@ __device__ void unpack_score_pairs(const std::uint32_t (&sp)[N][2], float (&sc)[
 template <int MR, int DT, bool kPaper>
 struct OnlineSoftmax {
   static constexpr float kUnseen = kPaper ? -kInfinity : -__FLT_MAX__;
-  float m[MR][2];  // kUnseen until the row sees a key
+  float m[MR][2];    // kUnseen until the row sees a key
+  float m_t[MR][2];  // fused, PbarForm::log2_units only: the shift in log2 units (fused::shift_log2), kUnseen alike
   float l[MR][2];
   float acc[MR][DT][4];
 
@@ -73,7 +74,7 @@ struct OnlineSoftmax {
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi) {
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) m[mi][hf] = kUnseen, l[mi][hf] = 0.0f;
+      for (int hf = 0; hf < 2; ++hf) m[mi][hf] = m_t[mi][hf] = kUnseen, l[mi][hf] = 0.0f;
 #pragma unroll
       for (int nd = 0; nd < DT; ++nd)
 #pragma unroll

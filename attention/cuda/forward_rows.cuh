@@ -141,6 +141,14 @@ __device__ __forceinline__ float fused_pbar_pow2_scale(float dot, float scale, f
   return fused::exp_fast(__fmaf_rn(dot, scale, -m));
 }
 
+// How a fused walk evaluates P-bar = exp(S - m) from its raw dots, decided once per call (the
+// pipelined walk, from the scale; the units walk always takes `scaled`):
+//   scaled      pbar_fast(score(dot, scale), m): two multiplies and a subtraction a score
+//   pow2_scale  fused_pbar_pow2_scale, where the scale is 2^k: one FMA and a multiply, the same bits
+//   log2_units  pbar_log2(score_log2(dot, c), m_t) (rounding_points.hpp), any other scale: a multiply
+//               and a subtraction, P-bar and the rescale against the row's shift in log2 units m_t
+enum class PbarForm { scaled, pow2_scale, log2_units };
+
 // ---- The rows of a thread: the parts (forward_row_parts.cuh) and what joins them -------------
 // The shift choice at a unit's start (start_unit: from the pre-pass or the sub-tile, through the
 // shared policy structs), P-bar and the row sums at the mode's rounding points (exponentiate), the
@@ -210,9 +218,13 @@ struct ForwardRows {
   // fused: rescales l and the O accumulator by c = exp(m_old - m_new). The pipelined walk
   // (kDeferAccRescale) has the previous tile's P-bar * V still in flight on the accumulator: it
   // gets c in `deferred` and applies it with softmax.rescale_acc() once that product has landed.
-  template <bool kDeferAccRescale = false, int N>
+  // kForm = log2_units also moves the row's shift in log2 units (softmax.m_t) with m, and takes c from it.
+  template <bool kDeferAccRescale = false, PbarForm kForm = PbarForm::scaled, int N>
   __device__ void start_unit(const ForwardParams& p, const float (&sc)[MR][N][4], const KeyStep& st,
                              float (*deferred)[2] = nullptr) {
+    constexpr bool kLog2 = kForm == PbarForm::log2_units;
+    static_assert(!(kPaper && kLog2), "paper scores are rounded to BF16 before the shift");
+    const float scale_log2 = fused::log2_scale(p.scale);
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi)
 #pragma unroll
@@ -240,6 +252,7 @@ struct ForwardRows {
         }
         const float m_old = softmax.m[mi][hf];
         float m_new = m_old;
+        float m_t_new = softmax.m_t[mi][hf];  // log2_units: moves where m does
         bool fell = false;
         if (active) {
           ShiftChoice choice;
@@ -250,11 +263,18 @@ struct ForwardRows {
           }
           fell = choice.fell_back;
           m_new = fmaxf(m_old, choice.m);
+          if constexpr (kLog2) {  // a select, not a branch: ptxas then interleaves the rows' maxima
+            const float m_t_choice = fused::shift_log2(r1, scale_log2, r_m, choice.m);
+            m_t_new = choice.m > m_old ? m_t_choice : m_t_new;
+          }
         }
         // A row that has seen no key keeps acc = l = 0, so its factor is irrelevant (paper: 0
         // avoids the NaN of -inf - -inf; fused's finite kUnseen gives 0, or 1 where the row stays
         // unseen, as does an inactive row's m_new = m_old: exp(0) = 1 exactly).
-        const float c = kPaper ? (m_old == -kInfinity ? 0.0f : paper::rescale(m_old, m_new)) : fused::rescale_fast(m_old, m_new);
+        const float c = kPaper  ? (m_old == -kInfinity ? 0.0f : paper::rescale(m_old, m_new))
+                        : kLog2 ? fused::rescale_log2(softmax.m_t[mi][hf], m_t_new)
+                                : fused::rescale_fast(m_old, m_new);
+        if constexpr (kLog2) softmax.m_t[mi][hf] = m_t_new;
         events.start_unit(mi, hf, fell);
         if constexpr (kPaper) {
           paper_state.start_unit(mi, hf, active, m_new, c);
@@ -277,11 +297,11 @@ struct ForwardRows {
   // P-bar = exp(S - m) in place over a tile of N key n-tiles, and the row sums: of the FP32 P-bar
   // (paper; fused by default) or of BF16(P-bar) (fused, normalizer = bf16: the values the
   // P-bar * V product actually uses).
-  // kPow2Scale (fused only): the caller has checked scale_is_exact_power_of_two(p.scale), and
-  // P-bar takes one FMA less per entry (fused_pbar_pow2_scale).
-  template <bool kPow2Scale = false, int N>
+  // kForm (fused only): PbarForm; pow2_scale where the caller has checked
+  // scale_is_exact_power_of_two(p.scale), log2_units where start_unit moved softmax.m_t.
+  template <PbarForm kForm = PbarForm::scaled, int N>
   __device__ void exponentiate(const ForwardParams& p, float (&sc)[MR][N][4]) {
-    static_assert(!(kPaper && kPow2Scale), "paper scores are rounded to BF16 before the shift");
+    static_assert(!(kPaper && kForm != PbarForm::scaled), "paper scores are rounded to BF16 before the shift");
     if constexpr (kPaper) {
       std::uint32_t sp[N][2];
       pack_score_pairs(sc, sp);
@@ -291,27 +311,31 @@ struct ForwardRows {
       // them (per-element tests cost more), ptxas issued a step's 64 MUFU.EX2 back to back, each
       // waiting for the special-function pipe, and the sums' additions only after them; in one
       // basic block it can fill the pipe's gaps with them (docs/benchmarks.md).
-      exponentiate_fused<kPow2Scale, true>(p, sc);
+      exponentiate_fused<kForm, true>(p, sc);
     } else {
-      exponentiate_fused<kPow2Scale, false>(p, sc);
+      exponentiate_fused<kForm, false>(p, sc);
     }
   }
 
   // fused: P-bar and the row sums (of BF16(P-bar) where kBf16Terms: normalizer = bf16), each
   // entry added right after its exponential, in key order (add_term).
-  template <bool kPow2Scale, bool kBf16Terms, int N>
+  template <PbarForm kForm, bool kBf16Terms, int N>
   __device__ void exponentiate_fused(const ForwardParams& p, float (&sc)[MR][N][4]) {
+    constexpr bool kLog2 = kForm == PbarForm::log2_units;
+    const float scale_log2 = fused::log2_scale(p.scale);
 #pragma unroll
     for (int mi = 0; mi < MR; ++mi) {
-      // the row's m; for a row with no key yet the finite kUnseen, against which -inf gives 0
-      const float shift[2] = {softmax.m[mi][0], softmax.m[mi][1]};
+      // the row's m (m_t in log2 units); for a row with no key yet the finite kUnseen, against which -inf gives 0
+      const float shift[2] = {kLog2 ? softmax.m_t[mi][0] : softmax.m[mi][0], kLog2 ? softmax.m_t[mi][1] : softmax.m[mi][1]};
       float part[2];
 #pragma unroll
       for (int nj = 0; nj < N; ++nj)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          if constexpr (kPow2Scale) {
+          if constexpr (kForm == PbarForm::pow2_scale) {
             sc[mi][nj][e] = fused_pbar_pow2_scale(sc[mi][nj][e], p.scale, shift[e / 2]);
+          } else if constexpr (kLog2) {
+            sc[mi][nj][e] = fused::pbar_log2(fused::score_log2(sc[mi][nj][e], scale_log2), shift[e / 2]);
           } else {
             sc[mi][nj][e] = fused::pbar_fast(fused::score(sc[mi][nj][e], p.scale), shift[e / 2]);
           }

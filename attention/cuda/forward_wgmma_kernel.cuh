@@ -104,7 +104,7 @@ struct SelfFeed {
 // warpgroup sees (the causal diagonal, a sequence's last keys), its first BK / 2: the products
 // and the softmax of masked keys give exact zeros (P-bar = 0, l + 0 = l, acc + 0 V = acc), so
 // leaving them out changes no bit.
-template <int D, int BK, int kKeys, bool kPow2Scale, class Rows, class Feed>
+template <int D, int BK, int kKeys, PbarForm kForm, class Rows, class Feed>
 __device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& rows, const Feed& feed, int j, bool last, int min_last,
                                                int t, std::uint32_t s_q, std::uint32_t (&pa)[1][BK / 16][4]) {
   static_assert(kKeys == BK || kKeys == BK / 2);
@@ -141,8 +141,8 @@ __device__ __forceinline__ void pipelined_step(const ForwardParams& p, Rows& row
   if (last) feed.release_q();
   mode_scores_and_mask<false, kKeys>(sc, p.scale, key0, min_last, t, rows.last);
   float c[1][2];
-  rows.template start_unit<true>(p, sc, KeyStep{key0, 0, 1, true, false}, c);
-  rows.template exponentiate<kPow2Scale>(p, sc);
+  rows.template start_unit<true, kForm>(p, sc, KeyStep{key0, 0, 1, true, false}, c);
+  rows.template exponentiate<kForm>(p, sc);
   feed.mark(StepMark::softmax_done, j);
   wgmma_wait<0>();
   fence_registers(rows.softmax.acc[0]);
@@ -190,7 +190,7 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
   constexpr bool kHalfSteps = BK == 128 && D == 64;
   const int half_step = kHalfSteps && total > 0 && max_last < (total - 1) * BK + BK / 2 ? total - 1 : -1;
   const auto steps = [&](auto pow2_scale) {
-    constexpr bool kPow2 = decltype(pow2_scale)::value;
+    constexpr PbarForm kForm = decltype(pow2_scale)::value ? PbarForm::pow2_scale : PbarForm::log2_units;
     // j = U i + u: the compiler sees j % U = u from the known low bits of U i (an assumption about
     // j itself did not reach the backend, which merged the copies back into one).
     for (int i = 0; U * i < total; ++i) {
@@ -200,17 +200,18 @@ __device__ __forceinline__ void forward_pipelined_walk(const ForwardParams& p, R
         if (u > 0 && j == total) break;
         if constexpr (kHalfSteps) {
           if (j == half_step) {
-            pipelined_step<D, BK, BK / 2, kPow2>(p, rows, feed, j, true, min_last, t, s_q, pa);
+            pipelined_step<D, BK, BK / 2, kForm>(p, rows, feed, j, true, min_last, t, s_q, pa);
             continue;
           }
         }
-        pipelined_step<D, BK, BK, kPow2>(p, rows, feed, j, j == total - 1, min_last, t, s_q, pa);
+        pipelined_step<D, BK, BK, kForm>(p, rows, feed, j, j == total - 1, min_last, t, s_q, pa);
       }
     }
   };
-  // One FMA less per score where the scale allows it (fused_pbar_pow2_scale: the same bits).
-  // Instantiated only where the default scale 1/sqrt(D) is a power of two (D a power of 4: here
-  // D = 64); at D = 128 the copy would be dead code and registers.
+  // One FMA less per score where the scale allows it (fused_pbar_pow2_scale: the same bits), else
+  // scores in log2 units (one multiply less; PbarForm). The first is instantiated only where the
+  // default scale 1/sqrt(D) is a power of two (D a power of 4: here D = 64); at D = 128 the copy
+  // would be dead code and registers.
   constexpr bool kDefaultScalePow2 = D > 0 && (D & (D - 1)) == 0 && (D & 0x55555555) != 0;
   if (kDefaultScalePow2 && scale_is_exact_power_of_two(p.scale)) {
     steps(std::bool_constant<kDefaultScalePow2>{});

@@ -101,6 +101,25 @@ SF_HD float pbar_fast(float s, float m) { return exp_fast(sub_rn(s, m)); }
 SF_HD float prob_fast(float s, float lse_value) { return exp_fast(sub_rn(s, lse_value)); }
 SF_HD float rescale_fast(float m_old, float m_new) { return exp_fast(sub_rn(m_old, m_new)); }  // 1 when m is unchanged
 
+// The same exponentials on scores in log2 units, where the scale is not a power of two (the GPU's
+// pipelined forward walk): t = FP32(dot * c) with c = FP32(scale * log2(e)), P-bar = exp2(FP32(t - m_t))
+// with m_t the row's shift in log2 units (shift_log2), c' = exp2(FP32(m_t_old - m_t_new)). One
+// multiply a score less than pbar_fast(score(dot, scale), m), and still exactly 1 where the score is
+// the standard shift (t = m_t), so tied maxima stay exact ties. The relative error against
+// exp(S - m): ~ln 2 (2 |t| + 2 |m_t| + |t - m_t|) 2^-24 + the exp2's (docs/numerics-contract.md).
+// The shift m itself stays in the scores' units (the policies choose it, lse = log l + m).
+SF_HD float log2_scale(float scale) { return mul_rn(scale, kLog2e); }
+SF_HD float score_log2(float dot, float scale_log2) { return mul_rn(dot, scale_log2); }
+SF_HD float pbar_log2(float t, float m_t) { return exp2_fast(sub_rn(t, m_t)); }
+SF_HD float rescale_log2(float m_t_old, float m_t_new) { return exp2_fast(sub_rn(m_t_old, m_t_new)); }
+// m_t for a shift m that a policy chose from the row maximum r_m = score(r_dot, scale) of the raw dot
+// r_dot: the maximum's t plus FP32((m - r_m) log2(e)), i.e. exactly that t where m = r_m (the standard
+// shift; t + 0 = t, and where t = -0 the exp2 of +-0 is 1 either way). No test: the kernels evaluate it
+// for every row of a step, beside the other rows' maxima.
+SF_HD float shift_log2(float r_dot, float scale_log2, float r_m, float m) {
+  return add_rn(score_log2(r_dot, scale_log2), mul_rn(sub_rn(m, r_m), kLog2e));
+}
+
 // acc = acc * c + FP32-dot(BF16(P-bar), v); l = l * c + l_tile (all FP32).
 SF_HD float update_accumulator(float acc, float c, float tile_dot_fp32) { return add_rn(mul_rn(acc, c), tile_dot_fp32); }
 SF_HD float update_sum(float l, float c, float l_tile) { return add_rn(mul_rn(l, c), l_tile); }
