@@ -106,7 +106,8 @@ SF_HD float rescale_fast(float m_old, float m_new) { return exp_fast(sub_rn(m_ol
 // with m_t the row's shift in log2 units (shift_log2), c' = exp2(FP32(m_t_old - m_t_new)). One
 // multiply a score less than pbar_fast(score(dot, scale), m), and still exactly 1 where the score is
 // the standard shift (t = m_t), so tied maxima stay exact ties. The relative error against
-// exp(S - m): ~ln 2 (2 |t| + 2 |m_t| + |t - m_t|) 2^-24 + the exp2's (docs/numerics-contract.md).
+// exp(S - m): ~ln 2 (3 (|t| + |m_t|) + |t - m_t|) 2^-24 + the exp2's (docs/numerics-contract.md; the
+// bound that tests/attention/log2_scores_test.cpp derives and checks).
 // The shift m itself stays in the scores' units (the policies choose it, lse = log l + m).
 SF_HD float log2_scale(float scale) { return mul_rn(scale, kLog2e); }
 SF_HD float score_log2(float dot, float scale_log2) { return mul_rn(dot, scale_log2); }
