@@ -85,11 +85,12 @@ TEST(Log2Scores, PbarIsWithinTheBoundOfItsRoundingsOfExpSMinusM) {
 // Masked scores (-inf) give 0 against any shift, the first shift of an unseen row (the finite
 // kUnseen = -FLT_MAX) rescales by 0, and a row that stays unseen by 1: the kernels' no-test path.
 TEST(Log2Scores, MaskedScoresAndUnseenRowsNeedNoTest) {
-  const float unseen = -FLT_MAX, c = fused::log2_scale(1.0f / std::sqrt(128.0f));
+  const float unseen = -FLT_MAX, scale = 1.0f / std::sqrt(128.0f), c = fused::log2_scale(scale);
   const float masked = fused::score_log2(-HUGE_VALF, c);
   EXPECT_EQ(fused::pbar_log2(masked, unseen), 0.0f);
   EXPECT_EQ(fused::pbar_log2(masked, 3.0f), 0.0f);
-  EXPECT_EQ(fused::rescale_log2(unseen, fused::shift_log2(2.5f, c, fused::score(2.5f, 1.0f / std::sqrt(128.0f)), fused::score(2.5f, 1.0f / std::sqrt(128.0f)))), 0.0f);
+  const float r_m = fused::score(2.5f, scale);  // a first maximum, standard shift
+  EXPECT_EQ(fused::rescale_log2(unseen, fused::shift_log2(2.5f, c, r_m, r_m)), 0.0f);
   EXPECT_EQ(fused::rescale_log2(unseen, unseen), 1.0f);
 }
 
