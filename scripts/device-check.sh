@@ -139,9 +139,11 @@ if [ $sanitizer = 1 ]; then
 fi
 
 if [ $audit = 1 ]; then
-  step "audit: CPU vs --device cuda (default grid)"
-  "$BIN"/stableflash audit --json >"$OUT/audit-cpu.jsonl" 2>/dev/null || status=1
-  "$BIN"/stableflash audit --json --device cuda >"$OUT/audit-cuda.jsonl" 2>/dev/null || status=1
+  # SF_AUDIT_FLAGS: grid flags for both audits, e.g. "--D 128" (the default grid is D = 64, whose
+  # power-of-two scale never takes the forward's log2-unit scores)
+  step "audit: CPU vs --device cuda (default grid ${SF_AUDIT_FLAGS:-})"
+  "$BIN"/stableflash audit --json ${SF_AUDIT_FLAGS:-} >"$OUT/audit-cpu.jsonl" 2>/dev/null || status=1
+  "$BIN"/stableflash audit --json --device cuda ${SF_AUDIT_FLAGS:-} >"$OUT/audit-cuda.jsonl" 2>/dev/null || status=1
   python3 - "$OUT/audit-cpu.jsonl" "$OUT/audit-cuda.jsonl" <<'EOF' | tee "$OUT/audit-compare.txt" || status=1
 import json, sys
 KEYS = ("D", "T", "ties", "remainder", "logit_scale", "spread", "tile", "cross_tile", "heads", "numerics", "policy",
