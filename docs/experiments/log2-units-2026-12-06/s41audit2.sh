@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The audit call again (forty-first session), after s41audit.sh: device-check's CPU vs CUDA compare as
+# committed (D 64 and 128 by default, the noise floor scaled to the logit scale) and the op's audit at
+# D = 128 with only its table, JSON and summary brought back (s41audit.sh's export was too many files).
+# Binaries: `scripts/device-check.sh pack --sweep-only` (carry build-cuda/devbin.tar.xz, .peers).
+OUT=${OUT:-/tmp/stableflash-device}; mkdir -p "$OUT"; S0=$SECONDS
+scripts/device-check.sh --skip-tests --skip-sanitizer --skip-bench --skip-peer-values --skip-train --skip-dist \
+  --skip-python >"$OUT/audit-cpp.log" 2>&1
+echo "C++ audit rc $? at $((SECONDS - S0)) s"; grep -E "binaries|audit rows|differs" "$OUT/audit-cpp.log" | head -20
+W=$(mktemp -d)
+SF_AUDIT_FLAGS="--D 128" scripts/device-check-python.sh build-cuda/devbin "$W" --full --audit-only >"$OUT/python-audit.log" 2>&1
+echo "op audit rc $? at $((SECONDS - S0)) s"
+cp "$W"/python-table.md "$W"/python-audit/table.txt "$W"/python-audit/peers.jsonl "$OUT"/ 2>/dev/null
+python3 docs/experiments/log2-units-2026-12-06/op_audit_summary.py "$W"/python-audit/peers.jsonl | tee "$OUT/op-audit-summary.txt"
