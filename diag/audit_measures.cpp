@@ -148,14 +148,7 @@ std::vector<AuditResult> audit_case(const AuditCase& c, const std::vector<AuditV
     AuditResult r;
     r.c = c, r.variant = var, r.policy_params = params, r.remainder_achieved = in.remainder_achieved;
     fa.o = o.data(), fa.lse = lse.data(), fa.o_residual = residual.data(), fa.ties = &r.ties;
-    forward_on_device(fa, opt);
-    if (opt.device == Device::cuda) {
-      // Counting the events takes the GPU's units walk; what is measured below must be the outputs
-      // of the run a user makes, without counters (the pipelined fast path where the plan has one,
-      // whose steps and, at D = 128, log2-unit scores round differently): a second forward.
-      fa.ties = nullptr;
-      forward_on_device(fa, opt);
-    }
+    forward_on_device(fa, opt);  // on the GPU: the outputs of a call without counters (cuda.hpp)
 
     std::vector<double> o64(n);  // BF16 -> FP64 is exact
     for (std::size_t i = 0; i < n; ++i) o64[i] = o[i].to_float();

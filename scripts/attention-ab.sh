@@ -19,6 +19,9 @@
 #   inputs, D = 64 and 128, causal and full, the BF16 normalizer once), and the backward's (dq, dk,
 #   dv, delta too) in deterministic mode, both numerics, with the compensated and the exact delta (rows
 #   of up to 128 keys in the default mode too): what a change that claims the same bits must show.
+#   (The forward's outputs are the fast path's since 2026-12-06; before, `stableflash attention
+#   --device cuda` returned its counting run's, the units walk, so a forward candidate's "same bytes"
+#   held for that walk only. The backward's comparisons were always of the kernels users run.)
 #   AB_SHAPES="BxHxTxD:causal|full,..." replaces the shapes; AB_POLICY (default standard, the
 #   default attention's) and AB_DELTA (default compensated) the options; --lab also runs
 #   scripts/forward-lab.sh on that variant (FORWARD_LAB_SHAPES, FORWARD_LAB_VARIANTS as there).

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "plan.hpp"
 #include "stableflash/attention/cuda.hpp"
 
 namespace stableflash::attention::cuda {
@@ -71,6 +72,14 @@ void forward_from_host(const ForwardArgs& h, const AttentionOptions& options, co
   AttentionOptions opt = options;
   opt.device = Device::cuda;
   kernels.forward(d, opt);
+  // A forward that counts events takes the units walk (plan.hpp). Where the same call without
+  // counters takes the pipelined fast path, whose steps (and at D = 128 log2-unit scores) round
+  // differently, the outputs handed back are that call's, the ones a user's forward makes: the
+  // counts come from the first run, the outputs from a second without counters.
+  if ((d.ties || d.head_ties) && takes_fast_path(opt.numerics, opt.policy, /*count_events=*/false)) {
+    d.ties = nullptr, d.head_ties = nullptr;
+    kernels.forward(d, opt);
+  }
   check(cudaDeviceSynchronize(), "forward");
   o.copy_to(h.o), lse.copy_to(h.lse);
   if (residual) residual->copy_to(h.o_residual);
