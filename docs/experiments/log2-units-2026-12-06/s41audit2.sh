@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The audit call again (forty-first session), after s41audit.sh: device-check's CPU vs CUDA compare as
 # committed (D 64 and 128 by default, the noise floor scaled to the logit scale) and the op's audit at
-# D = 128 with only its table, JSON and summary brought back (s41audit.sh's export was too many files).
+# D = 128 with only its table, JSON and summary brought back (s41audit.sh's export was too many files),
+# then the CLI's forward against the op's byte for byte (cli_vs_op.py).
 # Binaries: `scripts/device-check.sh pack --sweep-only` (carry build-cuda/devbin.tar.xz, .peers).
 OUT=${OUT:-/tmp/stableflash-device}; mkdir -p "$OUT"; S0=$SECONDS
 scripts/device-check.sh --skip-tests --skip-sanitizer --skip-bench --skip-peer-values --skip-train --skip-dist \
@@ -12,3 +13,7 @@ SF_AUDIT_FLAGS="--D 128" scripts/device-check-python.sh build-cuda/devbin "$W" -
 echo "op audit rc $? at $((SECONDS - S0)) s"
 cp "$W"/python-table.md "$W"/python-audit/table.txt "$W"/python-audit/peers.jsonl "$OUT"/ 2>/dev/null
 python3 docs/experiments/log2-units-2026-12-06/op_audit_summary.py "$W"/python-audit/peers.jsonl | tee "$OUT/op-audit-summary.txt"
+# the CLI's outputs are the op's (forward_from_host's second forward without counters, 739ba72)
+( . scripts/device-libs.sh && use_device_libraries build-cuda/devbin && install_wheel build-cuda/devbin "$W/py" "$W/install.log" &&
+  python3 docs/experiments/log2-units-2026-12-06/cli_vs_op.py build-cuda/devbin/stableflash "$W/cli" ) 2>&1 | tee "$OUT/cli-vs-op.txt"
+echo "cli vs op at $((SECONDS - S0)) s"
