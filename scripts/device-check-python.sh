@@ -86,7 +86,7 @@ else
       python3 python/examples/train_gpt.py --steps 300
   fi
   if [ $audit = 1 ]; then
-    # SF_AUDIT_FLAGS: grid flags, as in device-check.sh (e.g. "--D 128")
+    # SF_AUDIT_FLAGS: grid flags (e.g. "--D 128"); unset, the audit's default grid (D = 64)
     part "bias audit: SDPA backends and the op (table in python-audit/table.txt)" audit "^$" 900 env OUT="$OUT/python-audit" scripts/audit-torch-peers.sh ${SF_AUDIT_FLAGS:-}
   fi
 fi

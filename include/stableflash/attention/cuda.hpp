@@ -61,7 +61,8 @@ struct Kernels {
 // packed tensors (args.layout) and refuse args.strides (pass device pointers to forward() instead).
 // forward_from_host with event counters (ties, head_ties) returns the counts of a counting forward
 // and the outputs of the same call without counters (the fast path a user's call takes, where the
-// counting run would take the units walk), so that its outputs are always those of cuda::forward.
+// counting run would take the units walk), so that its outputs are those of cuda::forward without
+// counters, what a user's call returns.
 void forward_from_host(const ForwardArgs& host_args, const AttentionOptions& options, const Kernels& kernels = {});
 void backward_from_host(const BackwardArgs& host_args, const AttentionOptions& options, const Kernels& kernels = {});
 void delta_from_host(const BackwardArgs& host_args, const AttentionOptions& options, float* delta /*host*/);
