@@ -13,16 +13,12 @@ import subprocess
 import sys
 import tempfile
 
-repo = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+from script_checks import Checks, repo_root
+
+repo = repo_root()
 script = os.path.join(repo, "scripts", "attention-sweep-plot.py")
 TABLE = "attention-sweep" + ".md"  # the table the script writes into --out (a file of the run, not a document)
-failures = []
-
-
-def check(what, ok):
-    if not ok:
-        failures.append(what)
-        print("FAIL:", what)
+check = Checks()
 
 
 SHAPE = {"B": 2, "H": 16, "T": 2048, "D": 64, "causal": True}
@@ -113,6 +109,4 @@ for exact_ms, want in ((2.4, ">= 0.8 at 1/1 shapes"), (4.0, ">= 0.8 at 0/1 shape
     check(f"the exact δ at {exact_ms} ms: '{want}' in the summary (got {line[-160:]})", want in line)
     check("the exact δ's records are not the default's in the table", f"| {tflops(2.5 * FWD_FLOP, 4.0)} |" in text)
 
-if failures:
-    sys.exit(f"{len(failures)} check(s) failed")
-print("attention-sweep-plot.py: rounds combined by their median times, errors skipped, failed checks kept")
+check.finish("attention-sweep-plot.py: rounds combined by their median times, errors skipped, failed checks kept")

@@ -14,15 +14,11 @@ import subprocess
 import sys
 import tempfile
 
-repo = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+from script_checks import Checks, repo_root
+
+repo = repo_root()
 script = os.path.join(repo, "scripts", "audit_compare.py")
-failures = []
-
-
-def check(what, ok):
-    if not ok:
-        failures.append(what)
-        print("FAIL:", what)
+check = Checks()
 
 
 def fp32_step(x):
@@ -94,5 +90,4 @@ check(f"an empty audit fails (rc {rc}): {out}", rc != 0 and "no rows" in out)
 rc, out = run(['{"D": 64}'], [row(8.0)])
 check(f"a malformed row names the file and line (rc {rc}): {out}", rc != 0 and "cpu.jsonl:1" in out and "not an audit row" in out)
 
-print(f"audit_compare: {len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+check.finish("audit_compare: all checks passed")

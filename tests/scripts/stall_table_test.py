@@ -11,15 +11,11 @@ import subprocess
 import sys
 import tempfile
 
-repo = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+from script_checks import Checks, repo_root
+
+repo = repo_root()
 script = os.path.join(repo, "scripts", "stall_table.py")
-failures = []
-
-
-def check(what, ok):
-    if not ok:
-        failures.append(what)
-        print("FAIL:", what)
+check = Checks()
 
 
 # (SASS, executed, samples per reason)
@@ -121,5 +117,4 @@ with tempfile.TemporaryDirectory() as d:
     out = subprocess.run([sys.executable, script, os.path.join(d, "missing.csv")], capture_output=True, text=True)
     check("a missing file fails naming it", out.returncode != 0 and "missing.csv" in out.stderr)
 
-print(f"{len(failures)} failures" if failures else "stall_table: all checks passed")
-sys.exit(1 if failures else 0)
+check.finish("stall_table: all checks passed")
