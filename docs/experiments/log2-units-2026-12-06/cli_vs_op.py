@@ -29,7 +29,9 @@ for d in (64, 128):
             args = [cli, "attention", src, "-o", dst, "--device", "cuda", "--layout", "bhtd", "--policy", policy]
             if causal:
                 args.append("--causal")
-            subprocess.run(args, check=True, capture_output=True)
+            run = subprocess.run(args, capture_output=True, text=True)
+            if run.returncode != 0:
+                sys.exit(f"{' '.join(args)}: exit status {run.returncode}\n{run.stderr}")
             o_cli = load_file(dst)["o"]
             with torch.no_grad():
                 o_op = sft.attention(q.cuda(), k.cuda(), v.cuda(), causal=causal, layout="bhtd", policy=policy).cpu()
