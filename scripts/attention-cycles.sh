@@ -9,8 +9,10 @@
 # floats, shared by every implementation's windows), and short shapes read the kernel alone, without
 # the host.
 #
-#   GPU machine (carry .ab):  scripts/attention-cycles.sh [--backward|--exact-delta] [--cold] SHAPES NAME [NAME ...]
+#   GPU machine (carry .ab):  scripts/attention-cycles.sh [--backward|--exact-delta] [--delta SOURCE] [--cold] SHAPES NAME [NAME ...]
 #   SHAPES: BxHxTxD:causal|full,...; ours with the default options but δ compensated (standard shift).
+#   --delta SOURCE: ours with that δ source instead (the forward writes the residual for `compensated`
+#   only, so `--delta rounded` beside the default reads the residual's cost in cycles).
 #   --backward: the backward's main kernel (attention_backward_wgmma; ours also runs a δ pass and a
 #   dQ conversion, cuDNN its own helpers: neither is counted) instead of the forward kernel.
 #   --exact-delta: the `exact` δ pass (delta_exact_kernel, ours with --delta-source exact) instead;
@@ -29,11 +31,12 @@ while [ $# -gt 0 ]; do
     --backward) ours=attention_backward_wgmma cudnn=bprop pass=backward; shift ;;
     --exact-delta) ours=delta_exact_kernel cudnn=bprop pass=backward delta=exact; shift ;;
     --cold) cache=all; shift ;;
+    --delta) delta=${2:?--delta: a δ source (rounded, compensated, exact)}; shift 2 ;;
     -*) echo "unknown option: $1" >&2; exit 2 ;;
     *) break ;;
   esac
 done
-shapes=${1:?usage: scripts/attention-cycles.sh [--backward|--exact-delta] [--cold] SHAPES NAME [NAME ...]}
+shapes=${1:?usage: scripts/attention-cycles.sh [--backward|--exact-delta] [--delta SOURCE] [--cold] SHAPES NAME [NAME ...]}
 shift
 [ $# -ge 1 ] || { echo "name at least one packed variant (.ab/NAME.tar.xz)" >&2; exit 2; }
 command -v ncu >/dev/null || { echo "ncu (Nsight Compute) is not on PATH" >&2; exit 2; }
