@@ -36,6 +36,8 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
+# the exact δ pass runs only with the exact δ (a later --delta would name another)
+[ "$ours" != delta_exact_kernel ] || [ "$delta" = exact ] || { echo "--exact-delta times the exact δ's pass: no --delta $delta with it" >&2; exit 2; }
 shapes=${1:?usage: scripts/attention-cycles.sh [--backward|--exact-delta] [--delta SOURCE] [--cold] SHAPES NAME [NAME ...]}
 shift
 [ $# -ge 1 ] || { echo "name at least one packed variant (.ab/NAME.tar.xz)" >&2; exit 2; }
