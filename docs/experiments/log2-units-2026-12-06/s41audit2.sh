@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The audit call again (written in the forty-first session, run in the forty-third: audit-s41), after s41audit.sh, its parts in the order
-# of what is new (so that a short device budget gets the first): the CLI's forward against the op's
+# The audit call again (written in the forty-first session, run in the forty-third: audit-s41), after
+# s41audit.sh, its parts in the order of what is new (so that a short device budget gets the first): the CLI's forward against the op's
 # byte for byte (cli_vs_op.py: 739ba72 never checked on a GPU), device-check's CPU vs CUDA compare as
 # committed (D 64 and 128 by default, the noise floor scaled to the logit scale; computed here from
 # s41audit.sh's rows, audit-s41), then the op's audit at D = 128 with only its table, JSON and summary
