@@ -34,6 +34,12 @@ def run(heads, blocks64, steps, seed, pairs=True):
     shared = {}
     computed = []  # (head, block) per consumer walk
 
+    def load_step(s, use):  # K then V of one step into slot s, each once the slot's last use is handed back
+        for empty, full in ((k_empty, k_full), (v_empty, v_full)):
+            if use > 0:
+                while not empty[s].done((use - 1) & 1): yield
+            full[s].arrive(); yield
+
     def producer():
         ring, ring_b = 0, 0
         for r, tile in enumerate(sched + [None]):
@@ -54,22 +60,10 @@ def run(heads, blocks64, steps, seed, pairs=True):
                              arrivals=[2 if paired and c == C - 1 else 1 for c in range(C)], total=steps)
             for c in range(C): q[c].arrive(); yield
             for j in range(steps):
-                s, use = ring % STAGES, ring // STAGES
-                if use > 0:
-                    while not k_empty[s].done((use - 1) & 1): yield
-                k_full[s].arrive(); yield
-                if use > 0:
-                    while not v_empty[s].done((use - 1) & 1): yield
-                v_full[s].arrive(); yield
+                yield from load_step(ring % STAGES, ring // STAGES)
                 ring += 1
                 if paired:
-                    s2, use2 = STAGES + ring_b % STAGES, ring_b // STAGES
-                    if use2 > 0:
-                        while not k_empty[s2].done((use2 - 1) & 1): yield
-                    k_full[s2].arrive(); yield
-                    if use2 > 0:
-                        while not v_empty[s2].done((use2 - 1) & 1): yield
-                    v_full[s2].arrive(); yield
+                    yield from load_step(STAGES + ring_b % STAGES, ring_b // STAGES)
                     ring_b += 1
 
     def consumer(c):
