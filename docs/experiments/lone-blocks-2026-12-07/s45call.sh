@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The two lone-block candidates against main (built in the forty-fourth session, not yet measured;
 # README.md here): the forward kernels' times at Nsight Compute's locked clock beside cuDNN's, then
-# the pairs build's attention GPU tests and compute-sanitizer memcheck on its new test. Carry .ab and
+# the pairs build's attention GPU tests and compute-sanitizer memcheck and racecheck on its new test. Carry .ab and
 # .peers with .ab/main.tar.xz and .ab/lonelast.tar.xz (`scripts/attention-ab.sh pack NAME --bench-only`)
-# and .ab/lonepairs.tar.xz (`scripts/attention-ab.sh pack lonepairs`, for its tests); about 4 minutes.
+# and .ab/lonepairs.tar.xz (`scripts/attention-ab.sh pack lonepairs`, for its tests); about 4-6 minutes.
 OUT=${OUT:-/tmp/stableflash-device}; mkdir -p "$OUT"; S0=$SECONDS
 . scripts/device-libs.sh && unpack_ab_variants main lonelast lonepairs
 for v in main lonelast lonepairs; do echo "$v: $(tr '\n' ' ' < .ab/$v/built-from.txt)"; done
@@ -18,3 +18,6 @@ echo "tests rc $? at $((SECONDS - S0)) s"; grep -E "PASSED|FAILED|tests ran|Fail
 ( use_device_libraries .ab/lonepairs && timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 .ab/lonepairs/attention_gpu_tests \
     --gtest_filter='*PairedLoneBlocks*' ) > "$OUT/memcheck-lonepairs.log" 2>&1
 echo "memcheck rc $? at $((SECONDS - S0)) s"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck-lonepairs.log" | tail -3
+( use_device_libraries .ab/lonepairs && timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 .ab/lonepairs/attention_gpu_tests \
+    --gtest_filter='*PairedLoneBlocks*' ) > "$OUT/racecheck-lonepairs.log" 2>&1
+echo "racecheck rc $? at $((SECONDS - S0)) s"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$OUT/racecheck-lonepairs.log" | tail -3
