@@ -9,7 +9,7 @@
 # floats, shared by every implementation's windows), and short shapes read the kernel alone, without
 # the host.
 #
-#   GPU machine (carry .ab):  scripts/attention-cycles.sh [--backward|--exact-delta] [--delta SOURCE] [--cold] SHAPES NAME [NAME ...]
+#   GPU machine (carry .ab):  scripts/attention-cycles.sh [--backward|--exact-delta] [--delta SOURCE] [--cold] [--real-clock] SHAPES NAME [NAME ...]
 #   SHAPES: BxHxTxD:causal|full,...; ours with the default options but δ compensated (standard shift).
 #   --delta SOURCE: ours with that δ source instead (the forward writes the residual for `compensated`
 #   only, so `--delta rounded` beside the default reads the residual's cost in cycles).
@@ -19,18 +19,24 @@
 #   cuDNN's column is then its backward kernel, so the ratio is the pass's share of that time.
 #   --cold: Nsight Compute flushes the caches before every profiled launch (its default); without
 #   it the inputs stay in L2 from the launch before, as in the bench and the sweep.
+#   --real-clock: the clock left to the GPU (Nsight Compute's --clock-control none): one launch at a
+#   time, so near the boost clock, not the sweep's power cap either. Where a candidate moves memory
+#   traffic, the locked clock can mislead: work that is memory-bound at the boost clock is not at the
+#   base clock (docs/experiments/lone-blocks-2026-12-07: lone blocks at the schedule's end, -2% in
+#   locked-clock time, +5% at the real clock, 46 MB more read from memory).
 #
 # Output (stdout and $OUT/attention-cycles.md): per shape each variant's microseconds, cuDNN's, and
 # each variant / cuDNN in time (above 1: slower). Default OUT=/tmp/stableflash-device.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/stableflash-device}
-ours=attention_forward cudnn=fprop pass=forward cache=none delta=compensated
+ours=attention_forward cudnn=fprop pass=forward cache=none delta=compensated clock=base
 while [ $# -gt 0 ]; do
   case "$1" in
     --backward) ours=attention_backward_wgmma cudnn=bprop pass=backward; shift ;;
     --exact-delta) ours=delta_exact_kernel cudnn=bprop pass=backward delta=exact; shift ;;
     --cold) cache=all; shift ;;
+    --real-clock) clock=none; shift ;;
     --delta) delta=${2:?--delta: a δ source (rounded, compensated, exact)}; shift 2 ;;
     -*) echo "unknown option: $1" >&2; exit 2 ;;
     *) break ;;
@@ -44,7 +50,7 @@ shift
 command -v ncu >/dev/null || { echo "ncu (Nsight Compute) is not on PATH" >&2; exit 2; }
 . scripts/device-libs.sh && unpack_ab_variants "$@"
 mkdir -p "$OUT"
-profile=(ncu --csv --print-units base --metrics gpu__time_duration.sum --cache-control "$cache" --launch-skip 2 --launch-count 3)
+profile=(ncu --csv --print-units base --metrics gpu__time_duration.sum --cache-control "$cache" --clock-control "$clock" --launch-skip 2 --launch-count 3)
 # the median of the profiled launches' durations (ns) -> us; "failed" if there were none
 median_us() {
   python3 -c '

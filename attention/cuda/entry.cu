@@ -184,6 +184,7 @@ void execute_forward(const ForwardArgs& a, const AttentionOptions& opt, const Fo
   p.walk = static_cast<int>(plan.walk);
   if (plan.kernel == ForwardKernel::warp_specialized && plan.schedule == TileSchedule::dynamic) p.tile_counters = next_tile_counters(stream);
   p.tail_tiles = plan.ws_tail.tiles, p.tail_group = plan.ws_tail.group;
+  p.lone_pairs = plan.ws_lone_pairs;
   if (plan.tensor_maps) {
     const int kv_heads = s.resolved_kv_heads();
     p.tma_q = tensor_map("q", a.q, s, s.heads, s.q_len, p.q_strides);

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "forward_rows.cuh"
 #include "forward_wgmma_kernel.cuh"
@@ -45,10 +46,10 @@ namespace stableflash::attention::cuda {
 // and Q empty (every consumer thread is done with it); per stage K full, V full and K empty,
 // V empty (every consumer thread is done with the tile); per consumer `staged` (every consumer
 // thread has staged its outputs, or has none this round) and `stage_free` (the store warp's copies
-// have read them).
-template <int kConsumers>
+// have read them). kStages: the K/V slots of every ring (WsForwardTraits::kRingSlots).
+template <int kConsumers, int kStages_ = kWsForwardStages>
 struct WsBarriers {
-  static constexpr int kStages = kWsForwardStages;
+  static constexpr int kStages = kStages_;
   std::uint32_t base;
   __device__ std::uint32_t q(int consumer) const { return base + 8 * consumer; }
   __device__ std::uint32_t q_empty(int consumer) const { return base + 8 * (kConsumers + consumer); }
@@ -89,13 +90,18 @@ __device__ __forceinline__ void mark_tile(TileMark e, int round) {
   if constexpr (HasTimeline<Traits>) Traits::mark_tile(int(e), round);
 }
 
+struct NoRingSlot {};
+
 // The consumers' side of the K/V ring: step j of the current tile is ring position first + j.
 template <class Traits>
 struct ProducerFeed {
   std::uint32_t s_k0, s_v0;
-  WsBarriers<Traits::kConsumers> bars;
+  WsBarriers<Traits::kConsumers, Traits::kRingSlots> bars;
   int consumer = 0;  // whose Q this feed hands back (release_q)
   int first = 0;     // ring positions taken by the CTA's earlier tiles
+  // kLonePairs: the ring's first K/V slot (consumer 1 of a paired tile: the second ring's); nothing
+  // in the other builds, whose code stays as it was without the pairs
+  [[no_unique_address]] std::conditional_t<Traits::kLonePairs, unsigned, NoRingSlot> ring_slot0{};
   // Turns (FlashAttention-3's warpgroup scheduler barriers): a consumer issues a step's products
   // only after the consumer before it issued its own, then hands the turn on, so one consumer's
   // softmax runs while the next one's products keep the tensor cores busy instead of every
@@ -105,7 +111,10 @@ struct ProducerFeed {
   int turn_bar = 0, next_turn_bar = 0;
 
   __device__ KvRingPlace place(int j) const { return {unsigned(first + j)}; }
-  __device__ unsigned stage(int j) const { return place(j).stage(); }
+  __device__ unsigned stage(int j) const {
+    if constexpr (Traits::kLonePairs) return ring_slot0 + place(j).stage();
+    return place(j).stage();
+  }
   __device__ unsigned phase(int j) const { return place(j).use() & 1; }
   __device__ std::uint32_t k(int j) const { return s_k0 + stage(j) * Traits::kSmemKV; }
   __device__ std::uint32_t v(int j) const { return s_v0 + stage(j) * Traits::kSmemKV; }
@@ -152,7 +161,10 @@ __device__ __noinline__ WsTailPieces::Item tail_item(const ForwardParams& p, int
 // Full attention's last p.tail_tiles tiles (a last round that would leave most SMs idle; the plan's
 // ws_tail_for) come as items of p.tail_group 64-row blocks of one head (tail_pieces.hpp). A row walks
 // the same steps in an item as in a tile, so the bits do not change.
-template <int kRows, int kHeadDim>
+// kLonePairs (p.lone_pairs, ForwardPlan::ws_lone_pairs: full attention where each head ends in one
+// 64-row block, GPT-2's 1,024 rows = 5 x 192 + 64): heads two by two, the whole tiles of heads 2g and
+// 2g + 1 and then their lone blocks in one tile (an odd last head's alone).
+template <int kRows, int kHeadDim, bool kLonePairs = false>
 struct WsTileOrder {
   // Of the H100's and H200's 50 MB; measured with the dynamic schedule over 10 causal shapes, 8 MB
   // beat 1 and 32 MB at 8 of them (by up to 5%; docs/benchmarks.md).
@@ -190,8 +202,20 @@ struct WsTileOrder {
   struct Tile {
     int m0, h, b;
     int item_blocks;  // an item's 64-row blocks from m0 (its consumers 0 ..); 0: a whole tile
+    int pair_bh = -1;  // kLonePairs: the second head (batch x heads index) of a paired tile, its block at m0 too
   };
   __device__ Tile at(const ForwardParams& p, int t) const {
+    if constexpr (kLonePairs) {
+      // the pair right after its heads' whole tiles, while their K/V is still in L2 (every pair at the
+      // schedule's end read 46 MB more from memory at GPT-2 and ran slower at the real clock)
+      const int whole = blocks - 1, group = 2 * whole + 1, g = t / group, r = t % group;
+      if (r < min(2, batch_heads - 2 * g) * whole) {
+        const int bh = 2 * g + r / whole;
+        return {r % whole * kRows, bh % heads, bh / heads, 0};
+      }
+      const int bh = 2 * g;
+      return {whole * kRows, bh % heads, bh / heads, 1, bh + 1 < batch_heads ? bh + 1 : -1};
+    }
     if (!causal) {
       if (p.tail_group > 0 && t >= blocks * batch_heads - p.tail_tiles) {
         const WsTailPieces::Item item = tail_item<kRows / 64>(p, batch_heads, t);
@@ -225,11 +249,13 @@ __device__ __forceinline__ int steps_of_rows(const ForwardParams& p, int m0) {
 // K_(j+1) before V_j (S_(j+1) is issued ahead of P_j V_j). Past the last tile the Q barriers
 // complete without a copy: the consumers read the end and leave.
 template <class Traits>
-__device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTileOrder<Traits::kCtaRows, Traits::kHeadDim>& order,
+__device__ __forceinline__ void produce_tiles(const ForwardParams& p,
+                                              const WsTileOrder<Traits::kCtaRows, Traits::kHeadDim, Traits::kLonePairs>& order,
                                               const ProducerFeed<Traits>& feed, std::uint32_t s_q, volatile WsTile* handed,
-                                              volatile int* rows_of) {
+                                              volatile int* rows_of, volatile WsConsumerTile* tiles_of) {
   constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK, C = Traits::kConsumers;
   KvRingPlace ring{0};
+  KvRingPlace ring_b{0};  // kLonePairs: the second ring, consumer 1's in paired tiles
   int tile = order.tile(0);  // round 0 is the same in both schedules: CTA i takes tile i
   for (int round = 0;; ++round) {
     if (round > 0) {
@@ -244,17 +270,27 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
       break;
     }
     mark_producer<Traits>(ProducerMark::tile_drawn, ring.position);
-    const auto [m0, h, b, item_blocks] = order.at(p, tile);
+    const auto [m0, h, b, item_blocks, pair_bh] = order.at(p, tile);
     const int total = steps_of_rows<Traits::kCtaRows, Traits>(p, m0);  // an item's too (full attention: every row's)
     handed->m0 = m0, handed->h = h, handed->b = b, handed->steps = total;
     const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
+    // kLonePairs: a paired tile's second head, whose block at m0 consumer 1 computes on the second ring
+    const bool paired = Traits::kLonePairs && pair_bh >= 0;
+    const int h_pair = paired ? pair_bh % p.heads : h, b_pair = paired ? pair_bh / p.heads : b;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      // an item's blocks go to its first consumers, one each
-      const int m0c = item_blocks == 0 || c < item_blocks ? m0 + 64 * c : WsTile::kNoRows;
+      // an item's blocks go to its first consumers, one each (a paired tile's second head: consumer 1)
+      const bool second = paired && c == 1;
+      const int hc = second ? h_pair : h, bc = second ? b_pair : b;
+      const int m0c = second ? m0 : item_blocks == 0 || c < item_blocks ? m0 + 64 * c : WsTile::kNoRows;
       rows_of[c] = m0c;
+      if constexpr (Traits::kLonePairs) {
+        tiles_of[c].h = hc, tiles_of[c].b = bc;
+        tiles_of[c].ring_slot0 = second ? kWsForwardStages : 0;
+        tiles_of[c].arrivals = paired && c == C - 1 ? 2 : 1;  // it hands back consumer 1's share of the first ring
+      }
       if (m0c >= 0) {
-        load_tile<D, 64>(&p.tma_q, s_q + c * Traits::kSmemQ, m0c, h, b, feed.bars.q(c));
+        load_tile<D, 64>(&p.tma_q, s_q + c * Traits::kSmemQ, m0c, hc, bc, feed.bars.q(c));
       } else {
         mbar_arrive(feed.bars.q(c));  // a consumer before row 0: no rows, no copy
       }
@@ -269,6 +305,15 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
       mark_producer<Traits>(ProducerMark::v_free, ring.position);
       load_tile<D, BK>(&p.tma_v, feed.s_v0 + s * Traits::kSmemKV, j * BK, kv_h, b, feed.bars.v_full(s));
       mark_producer<Traits>(ProducerMark::v_issued, ring.position);
+      if (paired) {  // the second head's step j, into the second ring (slots kWsForwardStages ..)
+        const unsigned s2 = kWsForwardStages + ring_b.stage(), use2 = ring_b.use();
+        const int kv_h2 = h_pair / p.kv_group;
+        if (use2 > 0) mbar_wait(feed.bars.k_empty(s2), (use2 - 1) & 1);
+        load_tile<D, BK>(&p.tma_k, feed.s_k0 + s2 * Traits::kSmemKV, j * BK, kv_h2, b_pair, feed.bars.k_full(s2));
+        if (use2 > 0) mbar_wait(feed.bars.v_empty(s2), (use2 - 1) & 1);
+        load_tile<D, BK>(&p.tma_v, feed.s_v0 + s2 * Traits::kSmemKV, j * BK, kv_h2, b_pair, feed.bars.v_full(s2));
+        ++ring_b.position;
+      }
     }
     // The next round's tile, drawn once this tile's last copies are issued (the consumers are then
     // a pipeline's depth from its end): the atomic's round trip runs behind their last steps, and
@@ -294,7 +339,7 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p, const WsTi
 // (40 a thread after setmaxnreg) in its tile decoding; called, it keeps bars in local memory (one
 // load a round).
 template <class Traits>
-__device__ __noinline__ void store_tiles(const ForwardParams& p, const WsBarriers<Traits::kConsumers>& bars, const volatile WsTile* staged,
+__device__ __noinline__ void store_tiles(const ForwardParams& p, const WsBarriers<Traits::kConsumers, Traits::kRingSlots>& bars, const volatile WsTile* staged,
                                             std::uint32_t s_o, std::uint32_t s_res) {
   constexpr int C = Traits::kConsumers;
   for (int round = 0;; ++round) {
@@ -323,14 +368,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(smem);
   constexpr int C = Traits::kConsumers;
   const std::uint32_t s_q = smem_u32(shared.q), s_o = smem_u32(shared.o), s_res = smem_u32(shared.residual);
-  const ProducerFeed<Traits> feed{smem_u32(shared.k), smem_u32(shared.v), WsBarriers<C>{smem_u32(shared.barriers)}};
+  const ProducerFeed<Traits> feed{smem_u32(shared.k), smem_u32(shared.v), WsBarriers<C, Traits::kRingSlots>{smem_u32(shared.barriers)}};
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < C; ++i) mbar_init(feed.bars.q(i), 1), mbar_init(feed.bars.q_empty(i), 128);  // every consumer thread
     for (int i = 0; i < C; ++i) mbar_init(feed.bars.staged(i), 128), mbar_init(feed.bars.stage_free(i), 1);  // the store warp
-    for (int s = 0; s < kWsForwardStages; ++s) {
+    for (int s = 0; s < Traits::kRingSlots; ++s) {
+      // the first ring: every consumer thread; the second (kLonePairs): consumer 1's
+      const int readers = s < kWsForwardStages ? 128 * C : 128;
       mbar_init(feed.bars.k_full(s), 1), mbar_init(feed.bars.v_full(s), 1);
-      mbar_init(feed.bars.k_empty(s), 128 * C), mbar_init(feed.bars.v_empty(s), 128 * C);  // every consumer thread
+      mbar_init(feed.bars.k_empty(s), readers), mbar_init(feed.bars.v_empty(s), readers);
     }
     mbar_fence_init();
   }
@@ -343,7 +390,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
   if (wg == 0) {
     release_registers<Traits::kProducerRegisters>();
     if (threadIdx.x == 0) {
-      produce_tiles<Traits>(p, WsTileOrder<Traits::kCtaRows, D>(p), feed, s_q, &shared.tile, shared.consumer_rows);
+      produce_tiles<Traits>(p, WsTileOrder<Traits::kCtaRows, D, Traits::kLonePairs>(p), feed, s_q, &shared.tile, shared.consumer_rows,
+                            shared.consumer_tiles);
     } else if (threadIdx.x == 32 && p.store_by_tma) {  // else: nothing of it stays live across the producer's loop
       store_tiles<Traits>(p, feed.bars, shared.staged, smem_u32(shared.o), smem_u32(shared.residual));
     }
@@ -367,6 +415,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
     mbar_arrive(feed.bars.staged(c));  // release: the staged tiles (fenced) and the record
     mark_tile<Traits>(TileMark::synced, round);
   };
+  // kLonePairs: the positions taken in the ring this consumer is not walking (the second ring's; the
+  // first's while consumer 1 walks a paired tile on the second), and the switch between the two
+  int other_ring_first = 0;
+  const auto switch_ring = [&](auto slot0) {  // generic: instantiated in kLonePairs builds only
+    const int first = tile_feed.first;
+    tile_feed.first = other_ring_first, other_ring_first = first, tile_feed.ring_slot0 = slot0;
+  };
   for (int round = 0;; ++round) {
     mbar_wait(feed.bars.q(c), round & 1);
     mark_tile<Traits>(TileMark::q_ready, round);
@@ -381,7 +436,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
     }
     // the consumer's first row, as the producer loaded its Q (m0 + 64 c; WsTile::kNoRows past a
     // tail item's blocks): read, not computed, so that the items cost the walk no register
-    const int h = handed.h, b = handed.b, m0c = static_cast<const volatile int*>(shared.consumer_rows)[c];
+    // (kLonePairs: this consumer's own head, ring and hand-back arrivals, as produce_tiles wrote them)
+    const volatile WsConsumerTile& mine = shared.consumer_tiles[Traits::kLonePairs ? c : 0];
+    const int h = Traits::kLonePairs ? mine.h : handed.h, b = Traits::kLonePairs ? mine.b : handed.b;
+    const int m0c = static_cast<const volatile int*>(shared.consumer_rows)[c];
+    const bool covers_consumer_1 = Traits::kLonePairs && mine.arrivals == 2;
+    if constexpr (Traits::kLonePairs) {
+      if (mine.ring_slot0 != 0) switch_ring(unsigned(mine.ring_slot0));  // a paired tile's second head
+    }
     const int own = steps_of_rows<64, Traits>(p, m0c);
     Rows rows(p, nullptr, nullptr, b, h, m0c + warp * 16 + lane / 4, warp * 16 + lane / 4);
     // the keys of the consumer's first and last row (past Tq: of row Tq - 1)
@@ -391,13 +453,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) attention_forward_ws_kern
     // The tile's steps past this consumer's rows, handed back once landed (an arrival before the
     // copy landed could count towards the stage's previous use and free it early).
     // Their turns are taken and passed on too: the turns go round the consumers once per step.
+    // (kLonePairs: consumer 1 of a paired tile walked every step on the second ring and hands back
+    // nothing; the consumer without rows arrives twice on the first ring, for itself and for it.)
+    if constexpr (Traits::kLonePairs) {
+      if (tile_feed.ring_slot0 != 0) {  // back to the first ring, which this tile advanced by `total` too
+        tile_feed.first += total;
+        switch_ring(0);
+      }
+    }
     for (int j = own; j < total; ++j) {
       tile_feed.wait_k(j);
       tile_feed.take_turn();
       tile_feed.pass_turn();
       tile_feed.release_k(j);
+      if (covers_consumer_1) tile_feed.release_k(j);
       tile_feed.wait_v(j);
       tile_feed.release_v(j);
+      if (covers_consumer_1) tile_feed.release_v(j);
     }
     tile_feed.first += total;
     mark_tile<Traits>(TileMark::walk_done, round);

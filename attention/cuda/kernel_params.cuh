@@ -60,6 +60,7 @@ struct ForwardParams {
   int store_by_tma;  // wgmma kernel: o (and o_residual) written by bulk copies (tma_o*); 0: element-wise
   int* tile_counters;  // warp-specialized kernel: {next tile, CTAs done} (next_tile_counters); null: fixed rounds
   int tail_tiles, tail_group;  // warp-specialized kernel: the last round's tiles taken as items (ForwardPlan::ws_tail)
+  int lone_pairs;  // warp-specialized kernel: heads' lone last blocks computed two heads a CTA (ForwardPlan::ws_lone_pairs)
 };
 
 struct BackwardParams {
@@ -204,20 +205,31 @@ struct alignas(16) WsTile {
   static constexpr int kNoRows = -(1 << 20);
 };
 
+struct WsConsumerTile {
+  int h, b, ring_slot0, arrivals;
+};
+
 // The warp-specialized forward's schedule length: every head's tiles of `consumers` 64-row blocks, the
 // last round's p.tail_tiles of them taken as items (tail_pieces.hpp). The launch sizes its grid from it,
 // WsTileOrder ends its schedule there. At most the 64-row blocks of whole 192-row tiles: < 2^31,
 // check_forward_index_ranges.
+// With p.lone_pairs, heads two by two: their whole tiles, then their lone last blocks in one tile.
 __host__ __device__ inline int ws_schedule_length(const ForwardParams& p, int consumers) {
   const int batch_heads = p.batch * p.heads;
+  if (p.lone_pairs) return (p.q_len + 64 * consumers - 1) / (64 * consumers) * batch_heads - batch_heads / 2;
   return WsTailPieces::of(p.q_len, batch_heads, consumers, p.tail_tiles, p.tail_group).schedule(batch_heads);
 }
 
-template <int kHeadDim_, int kConsumers_ = kHeadDim_ == 64 ? 3 : 2>
+// kLonePairs: the build for ForwardPlan::ws_lone_pairs, whose tiles may pair two heads' lone last
+// blocks (consumer 0 one head's, consumer 1 the other's): a second K/V ring for consumer 1's head,
+// and each consumer's head read from the tile's record.
+template <int kHeadDim_, int kConsumers_ = kHeadDim_ == 64 ? 3 : 2, bool kLonePairs_ = false>
 struct WsForwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kPaper = false;
   static constexpr int kConsumers = kConsumers_;
+  static constexpr bool kLonePairs = kLonePairs_;
+  static constexpr int kRingSlots = kWsForwardStages * (kLonePairs ? 2 : 1);  // K/V stages in shared memory
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kCtaRows = 64 * kConsumers;
   static constexpr int kBlockK = 128;  // keys per step (one shift per row and step)
@@ -241,16 +253,20 @@ struct WsForwardTraits {
   // tiles of their own, so the producer can load the consumer's next Q while it stores.
   struct SharedStorage {
     std::uint16_t q[kConsumers][64 * kHeadDim];
-    std::uint16_t k[kWsForwardStages][kBlockK * kHeadDim];
-    std::uint16_t v[kWsForwardStages][kBlockK * kHeadDim];
+    std::uint16_t k[kRingSlots][kBlockK * kHeadDim];  // slots kWsForwardStages ..: the second ring (kLonePairs)
+    std::uint16_t v[kRingSlots][kBlockK * kHeadDim];
     std::uint16_t o[kConsumers][64 * kHeadDim];
     std::uint16_t residual[kConsumers][64 * kHeadDim];
-    std::uint64_t barriers[4 * kConsumers + 4 * kWsForwardStages];  // WsBarriers
+    std::uint64_t barriers[4 * kConsumers + 4 * kRingSlots];  // WsBarriers
     WsTile tile;  // the round's tile: the producer's choice, read by the consumers
     int consumer_rows[kConsumers];  // the round's first row of each consumer's 64 (WsTile::kNoRows: none)
     // per consumer, the round's staged outputs for the store warp: the rows' tile (m0 of the
     // consumer's rows), steps 1 if staged, 0 if the consumer has no rows, kEnd past the last tile
     WsTile staged[kConsumers];
+    // kLonePairs: per consumer the round's head and batch, the first K/V slot of its ring (0, or
+    // kWsForwardStages: the second ring) and its arrivals a step on the first ring's empty barriers
+    // (2 for the consumer without rows in a paired tile: it hands back the steps consumer 1 never reads)
+    WsConsumerTile consumer_tiles[kLonePairs ? kConsumers : 1];
   };
   static_assert(offsetof(SharedStorage, k) % 1024 == 0 && offsetof(SharedStorage, o) % 1024 == 0 &&
                     offsetof(SharedStorage, residual) % 1024 == 0 &&
@@ -260,6 +276,7 @@ struct WsForwardTraits {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with kernels: 64, 128");
   static_assert(kConsumers == 1 || kConsumers == 2 || (kConsumers == 3 && kHeadDim == 64),
                 "consumers: 1 or 2, or 3 at D = 64 (registers, shared memory)");
+  static_assert(!kLonePairs || kConsumers == 3, "lone blocks paired: three consumers (ForwardPlan::ws_lone_pairs)");
   static_assert(kSmemBytes <= 227 * 1024, "an SM's shared memory");
 };
 

@@ -270,6 +270,18 @@ WsTailSplit ws_tail_for(const AttentionShape& s, bool causal, int sms, int consu
   return {};
 }
 
+// A head of 1,024 rows in 192-row tiles (GPT-2) is 5 whole tiles and a last one where one consumer
+// of three computes, in about 0.75 of a whole tile's time: at 192 heads the schedule ends at 8.75
+// tile times in head order (docs/experiments/lone-blocks-2026-12-07), a CTA that draws a whole tile
+// last keeping the others waiting. Two heads' lone blocks in one tile (consumers 0 and 1, each on its
+// own K/V ring), right after the two heads' whole tiles, take it to about 8.0: measured (H100, docs/
+// benchmarks.md) GPT-2 full 4.7% less time, 8,16,1000,64 full 0.8-1.0% (the pairs after every whole
+// tile read their heads' K/V from memory again, 46 MB at GPT-2, and ran 5% slower). Only where no
+// tail items split the last round (they are the other remedy for it) and there is a pair of heads.
+bool ws_lone_pairs_for(const AttentionShape& s, bool causal, int consumers, bool tail_split) {
+  return !causal && consumers == 3 && !tail_split && blocks(s.q_len, 64) % 3 == 1 && std::int64_t(s.batch) * s.heads >= 2;
+}
+
 ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int sms) {
   ForwardPlan plan;
   plan.head_dim = a.shape.head_dim;
@@ -283,6 +295,7 @@ ForwardPlan plan_forward(const ForwardArgs& a, const AttentionOptions& opt, int 
   if (plan.kernel == ForwardKernel::warp_specialized) {
     plan.ws_consumers = ws_consumers_for(a.shape, opt.causal, sms);
     plan.ws_tail = ws_tail_for(a.shape, opt.causal, sms, plan.ws_consumers);
+    plan.ws_lone_pairs = ws_lone_pairs_for(a.shape, opt.causal, plan.ws_consumers, plan.ws_tail.group > 0);
   }
   plan.sms = sms;
   // the epilogue's bulk stores need 16-byte aligned output rows; others are stored element-wise

@@ -72,6 +72,7 @@ struct ForwardPlan {
   TileSchedule schedule = TileSchedule::dynamic;  // warp_specialized
   int ws_consumers = 0;  // warp_specialized: consumer warpgroups of 64 rows per CTA (ws_consumers_for)
   WsTailSplit ws_tail;    // warp_specialized: last-round tiles taken as pieces (ws_tail_for)
+  bool ws_lone_pairs = false;  // warp_specialized: heads' lone last blocks two heads a tile (ws_lone_pairs_for)
   int sms = 0;           // warp_specialized: the device's multiprocessors, the persistent grid's CTAs at most
   bool count_events = false;  // ForwardArgs::ties or head_ties: a counter record per query head in the workspace
   bool store_by_tma = false;  // o (and o_residual) rows 16-byte aligned: the epilogue's bulk stores
@@ -88,6 +89,9 @@ int ws_consumers_for(const AttentionShape& shape, bool causal, int sms);
 // fewer than a tile's consumers; none (tiles 0) where the tiles fill their rounds, the mask is
 // causal, a CTA has one consumer, or no group fits (plan.cpp).
 WsTailSplit ws_tail_for(const AttentionShape& shape, bool causal, int sms, int consumers);
+// Whether full attention's heads end in a lone 64-row block of a three-consumer tile, which the
+// warp-specialized kernel then computes two heads a tile, after the two heads' whole tiles (ForwardParams::lone_pairs).
+bool ws_lone_pairs_for(const AttentionShape& shape, bool causal, int consumers, bool tail_split);
 // Grids too small for 128-row tiles to fill the SMs, whose 64-row tiles (one consumer) spread over
 // them instead (ws_consumers_for): at most one 64-row block an SM, two where causal.
 bool spreads_rows_over_sms(const AttentionShape& shape, bool causal, int sms);

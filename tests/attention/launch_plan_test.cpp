@@ -220,6 +220,38 @@ TEST(LaunchPlan, LastRoundSplitsIntoItemsWhereTheyFit) {
   EXPECT_EQ(plan_forward(forward_args({1, 8, 16384, 16384, 64}), opt, 114).ws_tail, (WsTailSplit{4, 1}));
 }
 
+// Full attention's heads ending in a lone 64-row block of a three-consumer tile, paired two heads a
+// tile (ws_lone_pairs_for): GPT-2 full (1,024 rows = 5 x 192 + 64) and 1,000 rows (16 blocks); not
+// where the last tile has two blocks (2,048 rows: 32 blocks), with two consumers, causal, where tail
+// items take the last round, or with a single head.
+TEST(LaunchPlan, LoneLastBlocksArePairedAcrossHeads) {
+  EXPECT_TRUE(ws_lone_pairs_for({16, 12, 1024, 1024, 64}, false, 3, false));
+  EXPECT_TRUE(ws_lone_pairs_for({8, 16, 1000, 1000, 64}, false, 3, false));
+  EXPECT_FALSE(ws_lone_pairs_for({32, 16, 2048, 2048, 64}, false, 3, false));
+  EXPECT_FALSE(ws_lone_pairs_for({16, 12, 1024, 1024, 64}, true, 3, false));
+  EXPECT_FALSE(ws_lone_pairs_for({16, 12, 1024, 1024, 64}, false, 2, false));
+  EXPECT_FALSE(ws_lone_pairs_for({16, 12, 1024, 1024, 64}, false, 3, true));
+  EXPECT_FALSE(ws_lone_pairs_for({1, 1, 1024, 1024, 64}, false, 3, false));
+  // the plan carries it where its kernel and consumers are the warp-specialized three
+  AttentionOptions opt;
+  opt.device = Device::cuda;
+  const ForwardPlan gpt2_full = plan_forward(forward_args({16, 12, 1024, 1024, 64}), opt, 132);
+  EXPECT_EQ(gpt2_full.ws_consumers, 3);
+  EXPECT_TRUE(gpt2_full.ws_lone_pairs);
+  opt.causal = true;
+  EXPECT_FALSE(plan_forward(forward_args({16, 12, 1024, 1024, 64}), opt, 132).ws_lone_pairs);
+  opt.causal = false;
+  EXPECT_FALSE(plan_forward(forward_args({2, 16, 1024, 1024, 128}), opt, 132).ws_lone_pairs);
+  // the GPU test's grid (PairedLoneBlocksGiveEveryHeadItsBitsAlone): the fewest odd heads of 1,000 rows
+  // (16 blocks: 5 whole tiles and a lone block a head) that pair on the H100's and H200's 132 SMs
+  // with two rounds of whole tiles or more, so that CTAs walk paired tiles between whole ones (fewer heads
+  // take two consumers, or fill fewer rounds)
+  int heads = 3;
+  while (heads <= 401 && !(plan_forward(forward_args({1, heads, 1000, 1000, 64}), opt, 132).ws_lone_pairs && 5 * heads >= 2 * 132))
+    heads += 2;
+  EXPECT_EQ(heads, 53);
+}
+
 // The items of a split (tail_pieces.hpp) cover every 64-row block of the split tiles once, each item
 // inside one head, and the schedule counts them: split tiles starting inside a head or at its start,
 // a head's last tile partial or whole, items of one and two blocks.

@@ -291,6 +291,37 @@ TEST(FusedForwardGpu, SplitLastRoundGivesEveryRowItsBitsAlone) {
   }
 }
 
+// Heads whose last tile holds one 64-row block, paired two heads a tile (ws_lone_pairs_for: consumer 1
+// on the second head's rows with K/V of its own): every row walks the same steps as alone, so the
+// paired heads, an odd last head alone in its tile and a head of the whole tiles must get the bits
+// they get alone (a head alone: the one-consumer build), every output element written (run_gpu's
+// guards). The shape is this device's: the fewest odd heads of 1,000 rows (16 blocks: 5 whole tiles
+// and a lone block a head) that pair with two rounds of whole tiles or more, so that CTAs walk paired tiles
+// between whole ones, the rings' positions carried across them (53 heads on 132 SMs:
+// LaunchPlan.LoneLastBlocksArePairedAcrossHeads).
+TEST(FusedForwardGpu, PairedLoneBlocksGiveEveryHeadItsBitsAlone) {
+  SF_REQUIRE_GPU();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  AttentionShape s{};
+  bool paired = false;
+  for (int h = 3; h <= 401 && !paired; h += 2) {
+    s = AttentionShape{1, h, 1000, 1000, 64};
+    if (!cuda::takes_warp_specialized_forward(s, false, sms) || 5 * h < 2 * sms) continue;
+    const int consumers = cuda::ws_consumers_for(s, false, sms);
+    paired = cuda::ws_lone_pairs_for(s, false, consumers, cuda::ws_tail_for(s, false, sms, consumers).group > 0);
+  }
+  ASSERT_TRUE(paired) << "no grid of up to 401 heads of 1,000 rows pairs its lone blocks on " << sms << " SMs";
+  const Inputs in = random_inputs(s, Layout::bhtd, 7300);
+  AttentionOptions opt = fused_causal_with_residual(ShiftPolicy::standard);
+  opt.causal = false;
+  const Outputs all = run_gpu(in, opt, /*backward=*/false);
+  for (int h : {0, 1, 2, 3, s.heads / 2, s.heads - 2, s.heads - 1}) {  // pairs (0, 1), (2, 3), ...; the last head alone
+    EXPECT_EQ(outputs_differing_from_alone(in, all, opt, h), 0) << s.heads << " heads of 1,000 rows, lone blocks paired, head " << h
+                                                                << ": outputs in the batch vs alone";
+  }
+}
+
 // The warp-specialized forward's dynamic tile schedule takes its counters in turn from 256 pairs
 // per device, and each launch's last CTA zeroes its pair again (next_tile_counters): 300 launches
 // reuse pairs, and each must still compute every tile (fresh poisoned outputs, every element
