@@ -274,10 +274,11 @@ WsTailSplit ws_tail_for(const AttentionShape& s, bool causal, int sms, int consu
 // of three computes, in about 0.75 of a whole tile's time: at 192 heads the schedule ends at 8.75
 // tile times in head order (docs/experiments/lone-blocks-2026-12-07), a CTA that draws a whole tile
 // last keeping the others waiting. Two heads' lone blocks in one tile (consumers 0 and 1, each on its
-// own K/V ring), right after the two heads' whole tiles, take it to about 8.0: measured (H100, docs/
-// benchmarks.md) GPT-2 full 4.7% less time, 8,16,1000,64 full 0.8-1.0% (the pairs after every whole
-// tile read their heads' K/V from memory again, 46 MB at GPT-2, and ran 5% slower). Only where no
-// tail items split the last round (they are the other remedy for it) and there is a pair of heads.
+// own K/V ring), right after the two heads' whole tiles, take it to about 8.0. Measured (H100,
+// docs/benchmarks.md): GPT-2 full 4.7% less time, 8,16,1000,64 full 0.8-1.0%; all the pairs at the
+// schedule's end read their heads' K/V from memory again (46 MB at GPT-2) and ran 5% slower. Only
+// where no tail items split the last round (they are the other remedy for it) and there is a pair of
+// heads.
 bool ws_lone_pairs_for(const AttentionShape& s, bool causal, int consumers, bool tail_split) {
   return !causal && consumers == 3 && !tail_split && blocks(s.q_len, 64) % 3 == 1 && std::int64_t(s.batch) * s.heads >= 2;
 }
