@@ -12,6 +12,7 @@
 #                                              # kernel_lab and their libraries from build-cuda
 #     scripts/attention-ab.sh pack NAME --bench-only   # stableflash alone (a third of the bytes: more
 #                                              # variants fit the device tool's 64 MiB; not for --tests or --lab)
+#     scripts/attention-ab.sh pack NAME --no-lab       # stableflash and attention_gpu_tests (not for --lab)
 #   GPU machine (carry .ab):
 #     scripts/attention-ab.sh [--tests NAME[,NAME]] [--bits] [--lab NAME] NAME1 NAME2 [NAME3 ...]
 #   --bits: before the bench, the forward's outputs (o, lse, the residual) of every other variant
@@ -48,7 +49,8 @@ if [ "${1:-}" = "pack" ]; then
   case "${3:-}" in
     "") ;;
     --bench-only) bins="build-cuda/stableflash" ;;
-    *) echo "pack: unknown option '$3' (--bench-only or nothing)" >&2; exit 2 ;;
+    --no-lab) bins="build-cuda/stableflash build-cuda/tests/attention_gpu/attention_gpu_tests" ;;
+    *) echo "pack: unknown option '$3' (--bench-only, --no-lab or nothing)" >&2; exit 2 ;;
   esac
   for b in $bins; do [ -x "$b" ] || { echo "pack: no $b (ninja -C build-cuda stableflash attention_gpu_tests kernel_lab)" >&2; exit 2; }; done
   dir=$(mktemp -d) && trap 'rm -rf "$dir"' EXIT

@@ -256,6 +256,21 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p,
   constexpr int D = Traits::kHeadDim, BK = Traits::kBlockK, C = Traits::kConsumers;
   KvRingPlace ring{0};
   KvRingPlace ring_b{0};  // kLonePairs: the second ring, consumer 1's in paired tiles
+  // Step j's K and V into the ring place's slot (slot0: the ring's first), each once the consumers
+  // have handed that slot's previous tile back. The timeline (no pairs build has one) marks the first
+  // ring's.
+  const auto load_step = [&](KvRingPlace place, unsigned slot0, int j, int kv_head, int batch) {
+    const unsigned s = slot0 + place.stage(), use = place.use();
+    const bool marked = slot0 == 0;
+    if (use > 0) mbar_wait(feed.bars.k_empty(s), (use - 1) & 1);
+    if (marked) mark_producer<Traits>(ProducerMark::k_free, place.position);
+    load_tile<D, BK>(&p.tma_k, feed.s_k0 + s * Traits::kSmemKV, j * BK, kv_head, batch, feed.bars.k_full(s));
+    if (marked) mark_producer<Traits>(ProducerMark::k_issued, place.position);
+    if (use > 0) mbar_wait(feed.bars.v_empty(s), (use - 1) & 1);
+    if (marked) mark_producer<Traits>(ProducerMark::v_free, place.position);
+    load_tile<D, BK>(&p.tma_v, feed.s_v0 + s * Traits::kSmemKV, j * BK, kv_head, batch, feed.bars.v_full(s));
+    if (marked) mark_producer<Traits>(ProducerMark::v_issued, place.position);
+  };
   int tile = order.tile(0);  // round 0 is the same in both schedules: CTA i takes tile i
   for (int round = 0;; ++round) {
     if (round > 0) {
@@ -272,7 +287,9 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p,
     mark_producer<Traits>(ProducerMark::tile_drawn, ring.position);
     const auto [m0, h, b, item_blocks, pair_bh] = order.at(p, tile);
     const int total = steps_of_rows<Traits::kCtaRows, Traits>(p, m0);  // an item's too (full attention: every row's)
-    handed->m0 = m0, handed->h = h, handed->b = b, handed->steps = total;
+    // (the consumers read their rows from rows_of, and in the pairs build their head from tiles_of)
+    handed->steps = total;
+    if constexpr (!Traits::kLonePairs) handed->h = h, handed->b = b;
     const int kv_h = h / p.kv_group;  // grouped-query heads share K/V
     // kLonePairs: a paired tile's second head, whose block at m0 consumer 1 computes on the second ring
     const bool paired = Traits::kLonePairs && pair_bh >= 0;
@@ -296,22 +313,9 @@ __device__ __forceinline__ void produce_tiles(const ForwardParams& p,
       }
     }
     for (int j = 0; j < total; ++j, ++ring.position) {
-      const unsigned s = ring.stage(), use = ring.use();
-      if (use > 0) mbar_wait(feed.bars.k_empty(s), (use - 1) & 1);
-      mark_producer<Traits>(ProducerMark::k_free, ring.position);
-      load_tile<D, BK>(&p.tma_k, feed.s_k0 + s * Traits::kSmemKV, j * BK, kv_h, b, feed.bars.k_full(s));
-      mark_producer<Traits>(ProducerMark::k_issued, ring.position);
-      if (use > 0) mbar_wait(feed.bars.v_empty(s), (use - 1) & 1);
-      mark_producer<Traits>(ProducerMark::v_free, ring.position);
-      load_tile<D, BK>(&p.tma_v, feed.s_v0 + s * Traits::kSmemKV, j * BK, kv_h, b, feed.bars.v_full(s));
-      mark_producer<Traits>(ProducerMark::v_issued, ring.position);
+      load_step(ring, 0, j, kv_h, b);
       if (paired) {  // the second head's step j, into the second ring (slots kWsForwardStages ..)
-        const unsigned s2 = kWsForwardStages + ring_b.stage(), use2 = ring_b.use();
-        const int kv_h2 = h_pair / p.kv_group;
-        if (use2 > 0) mbar_wait(feed.bars.k_empty(s2), (use2 - 1) & 1);
-        load_tile<D, BK>(&p.tma_k, feed.s_k0 + s2 * Traits::kSmemKV, j * BK, kv_h2, b_pair, feed.bars.k_full(s2));
-        if (use2 > 0) mbar_wait(feed.bars.v_empty(s2), (use2 - 1) & 1);
-        load_tile<D, BK>(&p.tma_v, feed.s_v0 + s2 * Traits::kSmemKV, j * BK, kv_h2, b_pair, feed.bars.v_full(s2));
+        load_step(ring_b, kWsForwardStages, j, h_pair / p.kv_group, b_pair);
         ++ring_b.position;
       }
     }

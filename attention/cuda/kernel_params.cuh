@@ -195,8 +195,10 @@ constexpr int cta_start_registers(int threads) { return 65536 / threads / 8 * 8;
 // decoded by the producer's one thread: the consumers' warps would otherwise each repeat the tile
 // order's integer divisions (tens of instructions each) between two tiles.
 struct alignas(16) WsTile {
-  // The tile's first query row (negative for a causal sequence's first tile, WsTileOrder), its head
-  // and batch.
+  // The first query row (negative for a causal sequence's first tile, WsTileOrder), head and batch
+  // of a consumer's staged outputs (SharedStorage::staged). The round's tile record carries only its
+  // steps, and its head and batch where consumers share them (not in the lone pairs' build): each
+  // consumer reads its first row from consumer_rows.
   int m0, h, b;
   int steps;  // its K/V steps: ring positions it takes (steps_of_rows of the whole tile); kEnd: no tile left
   static constexpr int kEnd = -1;
