@@ -91,3 +91,18 @@ unpack_ab_variants() {
     mkdir -p ".ab/$v" && tar -C ".ab/$v" -xJf ".ab/$v.tar.xz" || { echo "cannot unpack .ab/$v.tar.xz" >&2; exit 2; }
   done
 }
+
+# A packed variant's checks (the experiments' device scripts): its attention GPU tests, then
+# compute-sanitizer memcheck and racecheck on the small cases (SANITIZER_CASES) and the googletest
+# filter $2 (the experiment's own tests). Logs in $OUT/{tests,memcheck,racecheck}-NAME.log, their
+# summary lines on stdout with the seconds since S0.
+variant_tests_and_sanitizers() {
+  local v=$1 extra=$2 tool
+  ( use_device_libraries ".ab/$v" && timeout 120 ".ab/$v/attention_gpu_tests" ) >"$OUT/tests-$v.log" 2>&1
+  echo "tests rc $? at $((SECONDS - ${S0:-0})) s"; grep -E "PASSED|FAILED|tests ran|Failure|SKIPPED" "$OUT/tests-$v.log" | tail -8
+  for tool in memcheck racecheck; do
+    ( use_device_libraries ".ab/$v" && timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 ".ab/$v/attention_gpu_tests" \
+        --gtest_filter="$extra:$SANITIZER_CASES" --gtest_brief=1 ) >"$OUT/$tool-$v.log" 2>&1
+    echo "$tool rc $? at $((SECONDS - ${S0:-0})) s"; grep -E "SUMMARY|PASSED|FAILED" "$OUT/$tool-$v.log" | tail -3
+  done
+}

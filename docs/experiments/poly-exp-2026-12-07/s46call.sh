@@ -4,7 +4,8 @@
 # forward's time at the locked clock and at the real one beside cuDNN's, then poly4's attention GPU
 # tests (the new Exp2PolyGivesTheHostsBits among them), memcheck and racecheck on the small cases.
 # Carry .ab (main.tar.xz = 3bed68c's stableflash, poly4 --no-lab, poly8 and poly2 --bench-only) and
-# .peers; about 5 minutes.
+# .peers; about 5 minutes. (Its last lines, as run, spelt out what variant_tests_and_sanitizers in
+# scripts/device-libs.sh now runs: the same commands.)
 OUT=${OUT:-/tmp/stableflash-device}; mkdir -p "$OUT"; S0=$SECONDS
 . scripts/device-libs.sh && unpack_ab_variants main poly4 poly8 poly2
 for v in main poly4 poly8 poly2; do echo "$v: $(tr '\n' ' ' < .ab/$v/built-from.txt)"; done
@@ -15,10 +16,4 @@ for clock in locked real; do
   OUT=$OUT/cycles-$clock timeout 200 scripts/attention-cycles.sh $flag $SH main poly4 poly8 poly2 main >/dev/null 2>&1
   echo "cycles ($clock clock) rc $? at $((SECONDS - S0)) s"; cat "$OUT/cycles-$clock/attention-cycles.md"
 done
-( use_device_libraries .ab/poly4 && timeout 120 .ab/poly4/attention_gpu_tests ) > "$OUT/tests-poly4.log" 2>&1
-echo "tests rc $? at $((SECONDS - S0)) s"; grep -E "PASSED|FAILED|tests ran|Failure|SKIPPED" "$OUT/tests-poly4.log" | tail -8
-for tool in memcheck racecheck; do
-  ( use_device_libraries .ab/poly4 && timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 .ab/poly4/attention_gpu_tests \
-      --gtest_filter="*Exp2Poly*:$SANITIZER_CASES" --gtest_brief=1 ) > "$OUT/$tool-poly4.log" 2>&1
-  echo "$tool rc $? at $((SECONDS - S0)) s"; grep -E "SUMMARY|PASSED|FAILED" "$OUT/$tool-poly4.log" | tail -3
-done
+variant_tests_and_sanitizers poly4 "*Exp2Poly*"
