@@ -91,9 +91,14 @@ struct OnlineSoftmax {
 
   // fused: the row moves to shift m_new with c = exp(m_old - m_new). kScaleAcc = false leaves acc
   // to rescale_acc (the pipelined walk still has a P-bar * V product in flight on it).
+  // l * c rounded on its own (fused::update_sum's mul_rn, then the tile's terms added): a plain
+  // multiply let nvcc contract it with the next addition of the row sum into one FMA where the two
+  // met in one basic block, so the bits of l followed the surrounding code (the D = 128 fast path's
+  // loop had the FMA, the D = 64 one had not, and a change elsewhere in the kernel moved them:
+  // docs/benchmarks.md, "The forward's tile end fused with the next tile's first step").
   template <bool kScaleAcc>
   __device__ void move_shift(int mi, int hf, float m_new, float c) {
-    l[mi][hf] *= c;
+    l[mi][hf] = __fmul_rn(l[mi][hf], c);
     if constexpr (kScaleAcc) scale_acc_row(mi, hf, c);
     m[mi][hf] = m_new;
   }

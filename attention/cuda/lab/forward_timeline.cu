@@ -191,7 +191,7 @@ void run_shape(const MaskedShape& masked, int sms) {
             epilogue_part[e].add(double(tile_at(cta, c, r, TileMark(e)) - tile_at(cta, c, r, TileMark(e - 1))));
         }
         const auto next_q = r + 1 < kMaxRounds ? tile_at(cta, c, r + 1, TileMark::q_ready) : 0;
-        if (stored && next_q) tile_gap.add(double(next_q - stored));
+        if (stored && next_q > stored) tile_gap.add(double(next_q - stored));
       }
     for (int pos = 1; pos < kMaxPositions; ++pos) {
       const auto v_prev = producer_at(cta, pos - 1, ProducerMark::v_issued), k_free = producer_at(cta, pos, ProducerMark::k_free);
@@ -201,6 +201,21 @@ void run_shape(const MaskedShape& masked, int sms) {
     }
   }
 
+  // A tile's whole span, one Q to the next, and what it takes beyond its steps at the median period:
+  // the tile's end and its first step, which the per-step rows leave out.
+  Stats tile_span, tile_overhead;
+  for (int cta = 0; cta < ctas; ++cta) {
+    std::vector<int> starts;  // the ring position of each round's first step
+    for (int pos = 0; pos < kMaxPositions; ++pos)
+      if (producer_at(cta, pos, ProducerMark::tile_drawn)) starts.push_back(pos);
+    for (int c = 0; c < C; ++c)
+      for (int r = 0; r + 1 < int(starts.size()) && r + 1 < kMaxRounds; ++r) {
+        const auto a = tile_at(cta, c, r, TileMark::q_ready), b = tile_at(cta, c, r + 1, TileMark::q_ready);
+        if (!a || b <= a) continue;
+        tile_span.add(double(b - a));
+        tile_overhead.add(double(b - a) - (starts[r + 1] - starts[r]) * period.quantile(0.5));
+      }
+  }
   const double flops = 4.0 * shape.batch * shape.heads * double(len) * len * D * (causal ? 0.5 : 1.0);
   const double peak_step = 2.0 * 2.0 * 64 * kBlockK * D / 4096.0;  // S and P V of one consumer step at 4,096 FLOP a clock and SM
   std::printf("\n### %dx%dx%dx%d %s: %d consumers, %d-key steps, %d CTAs\n\n", shape.batch, shape.heads, len, D, causal ? "causal" : "full", C,
@@ -227,6 +242,8 @@ void run_shape(const MaskedShape& masked, int sms) {
   print_row("- handed to the store warp", epilogue_part[int(TileMark::synced)], "staged");
   print_row("- lse stored", epilogue_part[int(TileMark::stored)], "handed over");
   print_row("next tile's Q (per tile)", tile_gap, "outputs stored");
+  print_row("tile span (per tile)", tile_span, "its Q to the next tile's");
+  print_row("- beyond its steps at the median period", tile_overhead, "");
   print_row("producer: wait for a free K stage", producer_k_wait, "previous V issued");
   print_row("producer: wait for a free V stage", producer_v_wait, "K issued");
   std::printf("\nmedian period / (tensor cycles of all consumers' steps) = %.2f (1.00: the tensor cores never wait)\n",
