@@ -262,23 +262,17 @@ TEST(FusedForwardGpu, EveryHeadGetsTheBitsItGetsAlone) {
 // lone one).
 TEST(FusedForwardGpu, SplitLastRoundGivesEveryRowItsBitsAlone) {
   SF_REQUIRE_GPU();
-  int sms = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  for (const auto [dim, group] : {std::pair{64, 1}, std::pair{64, 2}, std::pair{128, 1}}) {
+  AttentionOptions opt = fused_causal_with_residual(ShiftPolicy::standard);
+  opt.causal = false;
+  for (const auto& [dim, group] : {std::pair{64, 1}, std::pair{64, 2}, std::pair{128, 1}}) {
     AttentionShape s{};
-    cuda::WsTailSplit split{};
-    int head_tiles = 0;
-    for (int h = 1; h <= 400 && split.group != group; ++h) {
-      s = AttentionShape{1, h, 1100, 1100, dim};
-      if (!cuda::takes_warp_specialized_forward(s, false, sms)) continue;
-      const int consumers = cuda::ws_consumers_for(s, false, sms);
-      split = cuda::ws_tail_for(s, false, sms, consumers);
-      head_tiles = (s.q_len + 64 * consumers - 1) / (64 * consumers);
-    }
-    ASSERT_EQ(split.group, group) << "no grid of up to 400 heads splits in items of " << group << " at D = " << dim << " on " << sms << " SMs";
+    cuda::ForwardPlan plan;
+    for (int h = 1; h <= 400 && plan.ws_tail.group != group; ++h) plan = plan_on_this_device(s = AttentionShape{1, h, 1100, 1100, dim}, opt);
+    ASSERT_EQ(plan.ws_tail.group, group) << "no grid of up to 400 heads splits in items of " << group << " at D = " << dim << " on "
+                                         << plan.sms << " SMs";
+    const cuda::WsTailSplit split = plan.ws_tail;
+    const int head_tiles = (s.q_len + 64 * plan.ws_consumers - 1) / (64 * plan.ws_consumers);
     const Inputs in = random_inputs(s, Layout::bhtd, 7100 + dim + group);
-    AttentionOptions opt = fused_causal_with_residual(ShiftPolicy::standard);
-    opt.causal = false;
     const Outputs all = run_gpu(in, opt, /*backward=*/false);
     const int split_heads = (split.tiles + head_tiles - 1) / head_tiles;  // the schedule's last tiles: the last heads'
     std::vector<int> checked{0};  // and the head before them, which no split touches
@@ -301,20 +295,18 @@ TEST(FusedForwardGpu, SplitLastRoundGivesEveryRowItsBitsAlone) {
 // LaunchPlan.LoneLastBlocksArePairedAcrossHeads).
 TEST(FusedForwardGpu, PairedLoneBlocksGiveEveryHeadItsBitsAlone) {
   SF_REQUIRE_GPU();
-  int sms = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  AttentionOptions opt = fused_causal_with_residual(ShiftPolicy::standard);
+  opt.causal = false;
   AttentionShape s{};
   bool paired = false;
+  int sms = 0;
   for (int h = 3; h <= 401 && !paired; h += 2) {
-    s = AttentionShape{1, h, 1000, 1000, 64};
-    if (!cuda::takes_warp_specialized_forward(s, false, sms) || 5 * h < 2 * sms) continue;
-    const int consumers = cuda::ws_consumers_for(s, false, sms);
-    paired = cuda::ws_lone_pairs_for(s, false, consumers, cuda::ws_tail_for(s, false, sms, consumers).group > 0);
+    const cuda::ForwardPlan plan = plan_on_this_device(s = AttentionShape{1, h, 1000, 1000, 64}, opt);
+    sms = plan.sms;
+    paired = plan.ws_lone_pairs && 5 * h >= 2 * sms;  // two rounds of whole tiles or more
   }
   ASSERT_TRUE(paired) << "no grid of up to 401 heads of 1,000 rows pairs its lone blocks on " << sms << " SMs";
   const Inputs in = random_inputs(s, Layout::bhtd, 7300);
-  AttentionOptions opt = fused_causal_with_residual(ShiftPolicy::standard);
-  opt.causal = false;
   const Outputs all = run_gpu(in, opt, /*backward=*/false);
   for (int h : {0, 1, 2, 3, s.heads / 2, s.heads - 2, s.heads - 1}) {  // pairs (0, 1), (2, 3), ...; the last head alone
     EXPECT_EQ(outputs_differing_from_alone(in, all, opt, h), 0) << s.heads << " heads of 1,000 rows, lone blocks paired, head " << h

@@ -104,6 +104,17 @@ Inputs exact_dot_inputs(const AttentionShape& s, Layout layout, std::uint64_t se
   return in;
 }
 
+cuda::ForwardPlan plan_on_this_device(const AttentionShape& s, const AttentionOptions& opt) {
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+  const auto at = [](std::uintptr_t address) { return reinterpret_cast<bf16*>(address); };  // 16-byte aligned stand-ins
+  ForwardArgs a;
+  a.shape = s;
+  a.q = at(0x10000), a.k = at(0x20000), a.v = at(0x30000), a.o = at(0x40000);
+  a.lse = reinterpret_cast<float*>(0x50000);
+  return cuda::plan_forward(a, opt, sms);
+}
+
 Outputs run_gpu(const Inputs& in, const AttentionOptions& options, bool backward, bool count_ties) {
   AttentionOptions opt = options;
   opt.device = Device::cuda;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "plan.hpp"
 #include "stableflash/attention/attention.hpp"
 #include "stableflash/attention/cuda.hpp"
 
@@ -66,6 +67,11 @@ struct Outputs {
   std::vector<float> lse, delta;
   TieCounts ties;
 };
+
+// The launch plan a forward of shape `s` with `opt` gets on this device (cuda::plan_forward, the
+// device's multiprocessors in plan.sms), for tests that look for a grid where a planned feature runs:
+// the plan reads the tensors' addresses only for their alignment, so aligned stand-ins serve.
+cuda::ForwardPlan plan_on_this_device(const AttentionShape& s, const AttentionOptions& opt);
 
 // GPU forward (+ backward when `backward`) on guarded device buffers; every guard checked with
 // EXPECT (a failure names the tensor).
