@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "launch.hpp"  // cuda::multiprocessors
 #include "stableflash/attention/error_bound.hpp"
 #include "stableflash/numerics/exact_ops.hpp"
 #include "stableflash/numerics/random.hpp"
@@ -105,14 +106,12 @@ Inputs exact_dot_inputs(const AttentionShape& s, Layout layout, std::uint64_t se
 }
 
 cuda::ForwardPlan plan_on_this_device(const AttentionShape& s, const AttentionOptions& opt) {
-  int sms = 0;
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
   const auto at = [](std::uintptr_t address) { return reinterpret_cast<bf16*>(address); };  // 16-byte aligned stand-ins
   ForwardArgs a;
   a.shape = s;
   a.q = at(0x10000), a.k = at(0x20000), a.v = at(0x30000), a.o = at(0x40000);
   a.lse = reinterpret_cast<float*>(0x50000);
-  return cuda::plan_forward(a, opt, sms);
+  return cuda::plan_forward(a, opt.for_shape(s), cuda::multiprocessors());  // as cuda::forward asks it
 }
 
 Outputs run_gpu(const Inputs& in, const AttentionOptions& options, bool backward, bool count_ties) {

@@ -204,6 +204,7 @@ void run_shape(const MaskedShape& masked, int sms) {
   // A tile's whole span, one Q to the next, and what it takes beyond its steps at the median period:
   // the tile's end and its first step, which the per-step rows leave out.
   Stats tile_span, tile_overhead;
+  const double median_period = period.quantile(0.5);
   for (int cta = 0; cta < ctas; ++cta) {
     std::vector<int> starts;  // the ring position of each round's first step
     for (int pos = 0; pos < kMaxPositions; ++pos)
@@ -213,7 +214,7 @@ void run_shape(const MaskedShape& masked, int sms) {
         const auto a = tile_at(cta, c, r, TileMark::q_ready), b = tile_at(cta, c, r + 1, TileMark::q_ready);
         if (!a || b <= a) continue;
         tile_span.add(double(b - a));
-        tile_overhead.add(double(b - a) - (starts[r + 1] - starts[r]) * period.quantile(0.5));
+        tile_overhead.add(double(b - a) - (starts[r + 1] - starts[r]) * median_period);
       }
   }
   const double flops = 4.0 * shape.batch * shape.heads * double(len) * len * D * (causal ? 0.5 : 1.0);
