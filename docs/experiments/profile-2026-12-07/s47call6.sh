@@ -33,12 +33,12 @@ names = [("gpu__time_duration.sum", "us", 1e-3), ("smsp__inst_executed.sum", "M 
          ("smsp__warps_eligible.avg.per_cycle_active", "eligible warps", 1),
          ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "% tensor pipe", 1),
          ("dram__bytes_read.sum", "MB read", 1e-6), ("dram__bytes_write.sum", "MB written", 1e-6)]
-with open(os.path.join(out, "profile.md"), "w") as md:
+with open(f"{out}/profile.md", "w") as md:
     for shape in sorted({s for s, _ in rows}):
         md.write(f"\n### {shape}\n\n| metric | ours | cuDNN | ours / cuDNN |\n|---|---|---|---|\n")
         for key, label, scale in names:
             o, c = rows.get((shape, "ours"), {}).get(key), rows.get((shape, "cudnn"), {}).get(key)
             fmt = lambda x: "-" if x is None else f"{x * scale:.2f}"
             md.write(f"| {label} | {fmt(o)} | {fmt(c)} | {o / c:.3f} |\n" if o and c else f"| {label} | {fmt(o)} | {fmt(c)} | - |\n")
-print(open(os.path.join(out, "profile.md")).read())
+print(open(f"{out}/profile.md").read())
 PY
