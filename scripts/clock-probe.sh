@@ -9,6 +9,8 @@
 #
 #   GPU machine:  scripts/clock-probe.sh [BxHxTxD:causal|full ...]   # default: two D = 128 shapes
 #   PROBE_SECONDS (default 6): the length of each phase's warm-up; the timed windows add ~2 s.
+#   PROBE_DELTA: our δ source instead of the recommended one (e.g. rounded: ours without the
+#   residual's write and read, beside the default).
 #
 # Output: per implementation, shape and phase the per-call time and the mean clock and power over
 # the phase's last seconds (table on stdout and in $OUT/clock-probe.md; the raw samples in
@@ -25,7 +27,7 @@ mkdir -p "$OUT"
 [ -f "$PEERS/torch_peers.py" ] || { echo "no $PEERS/torch_peers.py (scripts/device-check.sh pack copies it)" >&2; exit 2; }
 # the recommended attention: the trainer's default, from the library's one definition
 policy=$("$BIN"/stableflash train --print-config | sed -n 's/^attention\.default\.policy=//p')
-delta=$("$BIN"/stableflash train --print-config | sed -n 's/^attention\.default\.delta_source=//p')
+delta=${PROBE_DELTA:-$("$BIN"/stableflash train --print-config | sed -n 's/^attention\.default\.delta_source=//p')}
 trace=$OUT/clock-probe-trace.csv marks=$OUT/clock-probe-marks.txt
 : >"$marks"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
@@ -65,6 +67,9 @@ with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
         with torch.no_grad(): F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     fwd(); torch.cuda.synchronize()
     mark("begin"); f_ms = timed(fwd)
+    # the backward's first call builds cuDNN's plan (seconds at idle power): the phases split here,
+    # not at the run's midpoint, or the forward's window takes in that idle stretch
+    mark("fwd-end")
     o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     b_ms = timed(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
     mark(f"end {f_ms:.3f} {b_ms:.3f}")
@@ -89,12 +94,13 @@ for line in open(trace):
 if not samples: sys.exit("no nvidia-smi samples (see clock-probe-smi.log)")
 idle = [s for s in samples if s[0] < samples[0][0] + 1.5]
 print(f"idle before: SM {sum(s[1] for s in idle)/len(idle):.0f} MHz, {sum(s[2] for s in idle)/len(idle):.0f} W")
-runs, open_ = [], {}
+runs, open_, split = [], {}, {}
 for line in open(marks):
     p = line.split()
     key = (p[1], p[2])
     if p[3] == "begin": open_[key] = float(p[0])
-    elif p[3] == "end" and key in open_: runs.append((p[1], p[2], open_.pop(key), float(p[0]), p[4:6]))
+    elif p[3] == "fwd-end": split[key] = float(p[0])
+    elif p[3] == "end" and key in open_: runs.append((p[1], p[2], open_.pop(key), float(p[0]), p[4:6], split.pop(key, None)))
 def stats(t0, t1):
     s = [x for x in samples if t0 <= x[0] < t1]
     if not s: return "(no samples)"
@@ -103,9 +109,10 @@ def stats(t0, t1):
             f"(max {max(x[2] for x in s):.0f}) {max(x[3] for x in s):3.0f} C  reasons {' '.join(reasons)}")
 print("| who | shape | phase | ms/call | over the phase's timed windows and last 3 s of warm-up |")
 print("|---|---|---|---|---|")
-for who, shape, t0, t1, ms in runs:
-    # the run is a forward phase then a backward phase of about equal length (warm-up + 7 windows)
-    mid = t0 + (t1 - t0) / 2
+for who, shape, t0, t1, ms, fwd_end in runs:
+    # a forward phase then a backward phase: split where the run marked it (cuDNN's), else at the
+    # midpoint (ours: one bench process, the two phases of about equal length, warm-up + 7 windows)
+    mid = fwd_end if fwd_end is not None else t0 + (t1 - t0) / 2
     for phase, a, b, m in (("fwd", t0, mid, ms[0] if ms else "?"), ("bwd", mid, t1, ms[1] if len(ms) > 1 else "?")):
         print(f"| {who} | {shape} | {phase} | {m} | {stats(a + (b - a) * 0.45, b - 0.2)} |")
 EOF
