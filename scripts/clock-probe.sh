@@ -28,6 +28,7 @@ mkdir -p "$OUT"
 # the recommended attention: the trainer's default, from the library's one definition
 policy=$("$BIN"/stableflash train --print-config | sed -n 's/^attention\.default\.policy=//p')
 delta=${PROBE_DELTA:-$("$BIN"/stableflash train --print-config | sed -n 's/^attention\.default\.delta_source=//p')}
+ours=ours${PROBE_DELTA:+-$PROBE_DELTA}  # the table's name for ours (ours-rounded with PROBE_DELTA=rounded)
 trace=$OUT/clock-probe-trace.csv marks=$OUT/clock-probe-marks.txt
 : >"$marks"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
@@ -43,11 +44,11 @@ for shape in "$@"; do
   B=${BASH_REMATCH[1]} H=${BASH_REMATCH[2]} T=${BASH_REMATCH[3]} D=${BASH_REMATCH[4]} mask=${BASH_REMATCH[5]}
   # ours: forward then backward, each SECONDS_WARM of warm-up and 7 windows of >= 300 ms; the marks
   # bracket the whole run, the summary splits it at the forward's expected end
-  mark "ours $shape begin"
+  mark "$ours $shape begin"
   "$BIN"/stableflash bench attention --shapes "$shape" --numerics fused --policy "${policy:?}" --delta-source "${delta:?}" \
     --warmup "$SECONDS_WARM" --windows 7 --min-window-ms 300 --no-check >"$OUT/clock-probe-ours.txt" 2>&1 ||
     { echo "ours failed at $shape" >&2; cat "$OUT/clock-probe-ours.txt" >&2; status=1; }
-  mark "ours $shape end $(grep -E '^[0-9]+,' "$OUT/clock-probe-ours.txt" | awk '{print $6, $8}')"
+  mark "$ours $shape end $(grep -E '^[0-9]+,' "$OUT/clock-probe-ours.txt" | awk '{print $6, $8}')"
   sleep 3
   python3 - "$B" "$H" "$T" "$D" "$mask" "$SECONDS_WARM" "$marks" "$PEERS" <<'EOF' || { echo "cuDNN failed at $shape" >&2; status=1; }
 import os, sys, time, torch, torch.nn.functional as F
