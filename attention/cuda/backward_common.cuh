@@ -25,6 +25,19 @@ __device__ __forceinline__ void or_release_gpu(int* p, int bits) {
   asm volatile("red.release.gpu.global.or.b32 [%0], %1;\n" ::"l"(p), "r"(bits) : "memory");
 }
 
+// Each CTA of a δ pass clears its share of p.zero_words (the counters above, and the dQ accumulator
+// where it is not stored first): an equal slice per CTA of the pass's grid, coalesced 16-byte stores,
+// issued before the pass's own loads so that they drain while those are in flight. The same bytes as
+// a memset before the pass, without its launch; the main kernel reads them after the pass's grid has
+// ended (griddepcontrol.wait).
+__device__ __forceinline__ void clear_zero_word_share(const BackwardParams& p) {
+  if (!p.zero_words) return;
+  const std::int64_t ctas = std::int64_t(gridDim.x) * gridDim.y * gridDim.z;
+  const std::int64_t cta = (std::int64_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  const std::int64_t per_cta = (p.zero_word_count + ctas - 1) / ctas, end = min(p.zero_word_count, (cta + 1) * per_cta);
+  for (std::int64_t w = cta * per_cta + threadIdx.x; w < end; w += blockDim.x) p.zero_words[w] = make_uint4(0, 0, 0, 0);
+}
+
 // Deterministic dQ: the key blocks of one (b, h) add into a query block's dQ in key-block order.
 // Block kb waits until the counter reads kb; CTAs are dispatched in blockIdx order, and both
 // kernels' launch orders put key block kb - 1 of a (b, h) before kb, so the blocks it waits for are

@@ -45,17 +45,12 @@ inline constexpr int kDeltaRowsPerCta = kDeltaThreads / (D / 8) * kDeltaRowsPerT
 // Rows are walked in the memory order of o (heads inner for [B, T, H, D] tensors, positions inner
 // for [B, H, T, D]); the row of a CTA's pass is found with 32-bit divisions (H Tq < 2^31:
 // check_tensors checks), not 64-bit ones (the earlier kernel had three for every 48 bytes it read).
-// Each CTA also clears its share of p.zero_words (an equal slice per CTA, coalesced 16-byte
-// stores issued before its loads, so they drain while the loads are in flight).
+// Each CTA also clears its share of p.zero_words (clear_zero_word_share).
 template <int D, bool kPaper>
 __global__ void __launch_bounds__(kDeltaThreads) delta_from_output_kernel(const __grid_constant__ BackwardParams p) {
   constexpr int kLanes = D / 8, kRowsPerPass = kDeltaThreads / kLanes, kPasses = kDeltaRowsPerThread;
   allow_dependent_launch();  // the main kernel's CTAs may start their prologue (they wait for this grid's end)
-  if (p.zero_words) {
-    const std::int64_t ctas = std::int64_t(gridDim.x) * gridDim.y, cta = std::int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
-    const std::int64_t per_cta = (p.zero_word_count + ctas - 1) / ctas, end = min(p.zero_word_count, (cta + 1) * per_cta);
-    for (std::int64_t w = cta * per_cta + threadIdx.x; w < end; w += kDeltaThreads) p.zero_words[w] = make_uint4(0, 0, 0, 0);
-  }
+  clear_zero_word_share(p);
   const unsigned rows_per_batch = unsigned(p.heads) * unsigned(p.q_len);
   const int lane_in_row = threadIdx.x % kLanes;
   const bool compensated = p.delta_source == static_cast<int>(DeltaSource::compensated);

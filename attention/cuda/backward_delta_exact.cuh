@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backward_common.cuh"
 #include "exact_delta_order.cuh"
 #include "kernel_params.cuh"
 #include "row_tiles.cuh"
@@ -79,6 +80,7 @@ static_assert(kDeltaExactCopyRegisters + 2 * kDeltaExactConsumerRegisters <= 3 *
 template <int D, bool kPaper, int W>
 __global__ void __launch_bounds__(delta_exact_threads(W)) delta_exact_kernel(const __grid_constant__ BackwardParams p) {
   allow_dependent_launch();  // the main kernel's CTAs may start their prologue (they wait for this grid's end)
+  clear_zero_word_share(p);  // what the main kernel needs zero, as the pass from the output clears it
   constexpr int BQ = 64, BK = kDeltaExactKeys<D>, NT = BK / 8;
   using Storage = DeltaExactStorage<D, W, BK>;
   constexpr int kTile = Storage::kTile, kKvTile = Storage::kKvTile;

@@ -245,7 +245,7 @@ void execute_backward(const BackwardArgs& a, const AttentionOptions& opt, const 
   p.dq_claims = w.claims ? reinterpret_cast<int*>(ws + w.at_claims) : nullptr;
   p.delta = a.delta ? a.delta : reinterpret_cast<float*>(ws + w.at_delta);
   if (w.zeroed_bytes() > 0) {  // one key block (dq_direct) has nothing to clear
-    if (plan.delta == DeltaPass::from_output) {  // the δ pass clears it (the bytes up to the next 16 are padding)
+    if (plan.delta != DeltaPass::in_main) {  // the δ pass clears it (the bytes up to the next 16 are padding)
       p.zero_words = reinterpret_cast<uint4*>(ws + w.zeroed_begin());
       p.zero_word_count = std::int64_t((w.zeroed_bytes() + 15) / 16);
     } else {

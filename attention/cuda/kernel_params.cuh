@@ -98,9 +98,9 @@ struct BackwardParams {
   int main_ctas;  // BackwardPlan::main_ctas: the main kernel's grid where > 0, else a CTA per item
   int key_groups;  // BackwardPlan::key_groups: 64-key groups per CTA of the main kernel (2, or 1 on small grids)
   // The part of the workspace the main kernel needs zero (the dQ tile claims or turn counters; the
-  // accumulator too where dq_first_store is off, as in the kernel lab), in 16-byte words, that
-  // delta_from_output_kernel clears beside its own work: the same bytes as a memset before it, but
-  // their stores overlap the pass's loads and a launch goes. Null: nothing to clear.
+  // accumulator too where dq_first_store is off, as in the kernel lab), in 16-byte words, that the
+  // δ pass (from the output, or the exact one) clears beside its own work: the same bytes as a
+  // memset before it, but their stores overlap the pass's loads and a launch goes. Null: nothing to clear.
   uint4* zero_words;
   std::int64_t zero_word_count;
 };

@@ -208,8 +208,8 @@ TEST(BackwardGpu, KeyGradientsOfAHeadAreTheBitsItGetsAlone) {
 }
 
 // A caller's workspace (BackwardArgs::workspace) need not be zero: the backward clears the dQ tile
-// claims and the turn counters itself (the δ pass from the output clears them beside its own work,
-// the `exact` δ path by a memset), and never reads an accumulator tile before its first key block
+// claims and the turn counters itself (the δ pass, from the output or the exact one, clears them
+// beside its own work), and never reads an accumulator tile before its first key block
 // stored it (a tile no key block reaches, causal with Tq > Tk, converts to 0). A workspace of 0xff
 // bytes (NaN floats; turn counters and claims of -1, which a missed clear would leave deterministic
 // mode waiting on forever, so the suite's timeout fails it) must give the gradients of a call on a
@@ -229,7 +229,10 @@ TEST(BackwardGpu, WorkspaceNeedNotBeZero) {
                         {{1, 2, 200, 333, 64}, false, false, DeltaSource::rounded},
                         {{2, 2, 130, 130, 128}, true, false, DeltaSource::exact},
                         {{2, 2, 600, 300, 64}, true, false, DeltaSource::compensated},
-                        {{1, 2, 600, 300, 128}, true, true, DeltaSource::rounded}};
+                        {{1, 2, 600, 300, 128}, true, true, DeltaSource::rounded},
+                        // the exact pass clears the counters too: several key blocks, both modes
+                        {{1, 2, 300, 600, 64}, true, true, DeltaSource::exact},
+                        {{1, 2, 257, 400, 128}, false, false, DeltaSource::exact}};
   for (const Case& c : cases) {
     const AttentionShape& s = c.shape;
     const std::string name = std::to_string(s.q_len) + "x" + std::to_string(s.k_len) + " D" + std::to_string(s.head_dim) +
