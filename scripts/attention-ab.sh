@@ -33,7 +33,8 @@
 #   before their extensions), so that several runs in one device call (another δ source, other
 #   shapes) keep each other's results.
 #
-# Output: the table on stdout and in $OUT/attention-ab.md (and $OUT/forward-lab.md with --lab); each
+# Output: the table on stdout and in $OUT/attention-ab.md, with --bits followed by how many byte
+# comparisons gave the same bytes and each one that did not (and $OUT/forward-lab.md with --lab); each
 # run's bench output (ab-NAME-ROUND.txt), the test, sanitizer and byte-comparison logs and the lab's
 # outputs in $OUT/ab-logs.tar.gz, so that the device tool's eight files bring all of it back
 # (default OUT=/tmp/stableflash-device); exit status 1 if a test, a sanitizer, a run or the byte
@@ -97,6 +98,7 @@ done
 if [ $bits = 1 ]; then
   a=${variants[0]}
   echo "=== the outputs of ${variants[*]:1} against $a's, byte for byte ($(date +%T))"
+  : >"$OUT/ab-bytes.log"  # every verdict, for the table's summary below and the log archive
   python3 - "$OUT" <<'PY' || { echo "cannot write the inputs (python3 with torch and safetensors)"; status=1; }
 import sys, torch
 from safetensors.torch import save_file
@@ -125,9 +127,9 @@ PY
     done
     for v in "${variants[@]:1}"; do
       if cmp -s "$OUT/ab-bits-out-$a.safetensors" "$OUT/ab-bits-out-$v.safetensors"; then
-        echo "same bytes: $label ($v)"
+        echo "same bytes: $label ($v)" | tee -a "$OUT/ab-bytes.log"
       else
-        echo "DIFFERENT: $label ($v against $a)"
+        echo "DIFFERENT: $label ($v against $a)" | tee -a "$OUT/ab-bytes.log"
         status=1
       fi
     done
@@ -200,6 +202,13 @@ for v in "${variants[@]}"; do files+=("$OUT/ab-$v-1.txt" "$OUT/ab-$v-2.txt"); do
       return line }
     END { for (i = 1; i <= n; i++) { print row(order[i], "fwd", F); print row(order[i], "bwd", B) } }' "${files[@]}"
 } | tee "$OUT/attention-ab$tag.md"
+# the byte comparisons' verdicts beside the table, so that a call keeping only the table's lines still
+# has them (each case's line is in ab-bytes.log in the log archive)
+if [ $bits = 1 ]; then
+  same=$(grep -c '^same bytes' "$OUT/ab-bytes.log") all=$(grep -c '' "$OUT/ab-bytes.log")
+  { echo; echo "Byte comparisons against ${variants[0]}: $same of $all the same bytes"; grep '^DIFFERENT' "$OUT/ab-bytes.log"; } |
+    tee -a "$OUT/attention-ab$tag.md"
+fi
 
 if [ -n "$lab" ]; then
   echo "=== forward lab on $lab ($(date +%T))"
