@@ -244,13 +244,13 @@ void execute_backward(const BackwardArgs& a, const AttentionOptions& opt, const 
   p.dq_first_store = plan.dq_first_store ? 1 : 0;
   p.dq_claims = w.claims ? reinterpret_cast<int*>(ws + w.at_claims) : nullptr;
   p.delta = a.delta ? a.delta : reinterpret_cast<float*>(ws + w.at_delta);
-  if (w.zeroed_bytes() > 0) {  // one key block (dq_direct) has nothing to clear
-    if (plan.delta != DeltaPass::in_main) {  // the δ pass clears it (the bytes up to the next 16 are padding)
-      p.zero_words = reinterpret_cast<uint4*>(ws + w.zeroed_begin());
-      p.zero_word_count = std::int64_t((w.zeroed_bytes() + 15) / 16);
-    } else {
-      check_cuda(cudaMemsetAsync(ws + w.zeroed_begin(), 0, w.zeroed_bytes(), stream), "cudaMemsetAsync");
-    }
+  // What the main kernel needs zero, the δ pass clears beside its own work (the bytes up to the next
+  // 16 are padding). One key block (dq_direct, the only plan with the δ inside the main kernel and so
+  // without a pass) has nothing to clear (launch_plan_test).
+  if (w.zeroed_bytes() > 0) {
+    if (plan.delta == DeltaPass::in_main) throw std::logic_error("execute_backward: workspace to clear but no δ pass to clear it");
+    p.zero_words = reinterpret_cast<uint4*>(ws + w.zeroed_begin());
+    p.zero_word_count = std::int64_t((w.zeroed_bytes() + 15) / 16);
   }
   if (plan.kv_group > 1) {
     const TensorStrides per_head = device_strides(HeadStrides::of(Layout::bhtd, s.heads, s.k_len, s.head_dim));

@@ -502,6 +502,8 @@ TEST(LaunchPlan, ExactDeltaInsideTheMainKernelOnlyWithOneKeyBlock) {
   for (const int k_len : {1, 77, kBackwardBlockK}) {
     const BackwardArgs a = backward_args({2, 4, 300, k_len, 64});
     EXPECT_EQ(plan_backward(a, opt).delta, DeltaPass::in_main) << "k_len " << k_len;
+    // no δ pass, so nothing may need clearing (execute_backward: every δ pass clears the workspace)
+    EXPECT_EQ(plan_backward(a, opt).workspace.zeroed_bytes(), 0u) << "k_len " << k_len;
     EXPECT_EQ(plan_backward(a, opt, /*with_gradients=*/false).delta, DeltaPass::exact) << "k_len " << k_len;
     BackwardPlan lab = plan_backward(a, opt);
     lab.dq_direct = false;
