@@ -79,6 +79,9 @@ void forward_with(ForwardChoice choice, const ForwardArgs& a, const AttentionOpt
       if (plan.head_dim == 64 && choice == ForwardChoice::warp_specialized_two) plan.ws_consumers = 2;
       if (plan.head_dim == 64 && choice == ForwardChoice::warp_specialized_three) plan.ws_consumers = 3;
       if (choice == ForwardChoice::warp_specialized_one) plan.ws_consumers = 1;
+      // the last round's items and the lone-block pairs follow the consumer count (a tile's rows)
+      plan.ws_tail = ws_tail_for(a.shape, opt.causal, plan.sms, plan.ws_consumers);
+      plan.ws_lone_pairs = ws_lone_pairs_for(a.shape, opt.causal, plan.ws_consumers, plan.ws_tail.group > 0);
     }
     if (choice == ForwardChoice::warp_specialized_rounds) plan.schedule = TileSchedule::rounds;
     if (choice == ForwardChoice::warp_specialized_per_tile) plan.schedule = TileSchedule::per_cta;
