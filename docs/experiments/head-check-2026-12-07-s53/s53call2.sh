@@ -4,7 +4,7 @@
 # call timed alone at the GPU's own clock, compensated against rounded δ (kernel_times.sh); (2) the kernel
 # lab's forward timeline at 2,16,384,128 full (the tile's end: staging, hand-over, lse). On an H200 first the
 # sweep's D = 128 half (pending call 2); on an H100 last the kernel lab's two or three consumers at full-attention
-# D = 64 shapes with the fifty-second session's fix (s53call1.sh's H100 branch). Carry .ab/lab52.tar.xz (and for the sweep build-cuda/devbin.tar.xz, .peers).
+# D = 64 shapes with the fifty-second session's fix. Carry .ab/lab52.tar.xz (and for the sweep build-cuda/devbin.tar.xz, .peers).
 set -uo pipefail
 OUT=${OUT:-/tmp/stableflash-device}; mkdir -p "$OUT"; S0=$SECONDS
 here=docs/experiments/head-check-2026-12-07-s53
@@ -18,11 +18,11 @@ echo "kernel times at $((SECONDS - S0)) s"
 ( . scripts/device-libs.sh && use_device_libraries .ab/lab52 &&
   timeout 60 .ab/lab52/kernel_lab --forward-timeline --timeline-shapes 2x16x384x128:full,2x16x2048x128:full ) > "$OUT/timeline.md" 2>&1
 echo "timeline rc $? at $((SECONDS - S0)) s"; head -40 "$OUT/timeline.md"
-if [[ "$card" != *H200* ]]; then  # the lab fix's first run (s53call1.sh's H100 branch)
-  STABLEFLASH_DEVBIN=.ab/lab52 FORWARD_LAB_SHAPES=16x12x1024x64:full,32x16x2048x64:full,2x16x2048x64:full,2x16x8192x64:full,1x8x16384x64:full,8x16x1000x64:full \
-    OUT=$OUT/r1 timeout 120 scripts/forward-lab.sh production wgmma-ws-2c wgmma-ws-3c | tail -9
-  STABLEFLASH_DEVBIN=.ab/lab52 FORWARD_LAB_SHAPES=16x12x1024x64:full,32x16x2048x64:full,2x16x2048x64:full,2x16x8192x64:full,1x8x16384x64:full,8x16x1000x64:full \
-    OUT=$OUT/r2 timeout 120 scripts/forward-lab.sh wgmma-ws-3c wgmma-ws-2c production | tail -9
+if [[ "$card" != *H200* ]]; then  # the lab fix's first run
+  export STABLEFLASH_DEVBIN=.ab/lab52
+  export FORWARD_LAB_SHAPES=16x12x1024x64:full,32x16x2048x64:full,2x16x2048x64:full,2x16x8192x64:full,1x8x16384x64:full,8x16x1000x64:full
+  OUT=$OUT/r1 timeout 120 scripts/forward-lab.sh production wgmma-ws-2c wgmma-ws-3c | tail -9
+  OUT=$OUT/r2 timeout 120 scripts/forward-lab.sh wgmma-ws-3c wgmma-ws-2c production | tail -9
   cp "$OUT/r1/forward-lab.md" "$OUT/forward-lab-r1.md"; cp "$OUT/r2/forward-lab.md" "$OUT/forward-lab-r2.md"; rm -rf "$OUT/r1" "$OUT/r2"
 fi
 echo "all done at $((SECONDS - S0)) s"
