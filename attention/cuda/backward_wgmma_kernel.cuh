@@ -521,6 +521,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     mbar_fence_init();
   }
   __syncthreads();  // the last CTA-wide barrier
+  // Without a delta pass before it (kDeltaInMain: one key block, the exact delta formed here) the
+  // kernel this one depends on is whatever came before it in the stream, which may be what writes
+  // q, k, v or dO and may let this kernel start before it ends (a GEMM producing dO, say): then
+  // nothing is read before the wait. After a pass (an ordinary launch, so it started only once all
+  // the work before it had ended) the prologue's inputs are complete already.
+  if constexpr (kDeltaInMain) grid_dependency_wait();
   if (threadIdx.x == 0) {  // inputs of the first item that the delta pass before this kernel does not write
     const BackwardItem it = item_at(blockIdx.x);
     load_key_tiles<D, Traits::kKeyGroups>(p, s_k, s_v, it.k0, it.kv_h, it.b, bars.kv());
