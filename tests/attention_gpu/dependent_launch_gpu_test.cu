@@ -13,6 +13,7 @@
 
 #include "gpu_support.hpp"
 #include "launch.hpp"
+#include "tma.cuh"
 #include "stableflash/numerics/bf16.hpp"
 
 namespace stableflash::attention::gpu_test {
@@ -23,7 +24,7 @@ using cuda::check_cuda;
 // One CTA: allows its dependents to launch, waits `wait_ns` (the dependents' CTAs start on the other
 // SMs meanwhile), then copies n BF16 values src -> dst.
 __global__ void late_writer_kernel(const std::uint16_t* src, std::uint16_t* dst, std::int64_t n, unsigned long long wait_ns) {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  cuda::allow_dependent_launch();
   if (threadIdx.x == 0) {
     unsigned long long start, now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
