@@ -54,9 +54,10 @@ if [ "${1:-}" = "pack" ]; then
     *) echo "pack: unknown option '$3' (--bench-only, --no-lab or nothing)" >&2; exit 2 ;;
   esac
   for b in $bins; do [ -x "$b" ] || { echo "pack: no $b (ninja -C build-cuda stableflash attention_gpu_tests kernel_lab)" >&2; exit 2; }; done
+  . scripts/device-libs.sh && require_dependency_records build-cuda || exit 2
   dir=$(mktemp -d) && trap 'rm -rf "$dir"' EXIT
   cp $bins "$dir"/ && strip "$dir"/* 2>/dev/null
-  . scripts/device-libs.sh && copy_runtime_libraries "$dir" $bins
+  copy_runtime_libraries "$dir" $bins
   { git rev-parse HEAD; git status --porcelain --untracked-files=no | grep -q . && echo "uncommitted changes"; } >"$dir/built-from.txt" 2>/dev/null
   mkdir -p "$AB" && tar -C "$dir" -cf - . | xz -6 -T2 >"$AB/$name.tar.xz" || exit 1
   du -h "$AB/$name.tar.xz"

@@ -58,6 +58,7 @@ if [ "${1:-}" = "pack" ]; then
   # wheel packed earlier once carried older kernels than the binaries beside it).
   ninja -C build-cuda -j "${STABLEFLASH_JOBS:-$(nproc)}" >/dev/null ||
     { echo "pack: the build in build-cuda failed (ninja -C build-cuda)" >&2; exit 1; }
+  . scripts/device-libs.sh && require_dependency_records build-cuda || exit 1
   STABLEFLASH_JOBS=${STABLEFLASH_JOBS:-$(nproc)} scripts/build-wheel.sh >/dev/null ||
     { echo "pack: scripts/build-wheel.sh failed" >&2; exit 1; }
   bins="build-cuda/stableflash build-cuda/kernel_lab build-cuda/gemm_lab build-cuda/launch_gap build-cuda/ce_lab build-cuda/tests/attention_gpu/attention_gpu_tests build-cuda/tests/model_gpu/model_gpu_tests
@@ -65,7 +66,7 @@ if [ "${1:-}" = "pack" ]; then
   [ $sweep_only = 0 ] || bins=build-cuda/stableflash  # attention-sweep.sh: the program and the wheel
   cp $bins "$BIN"/
   for b in $bins; do strip "$BIN/$(basename "$b")" 2>/dev/null || true; done
-  . scripts/device-libs.sh && copy_runtime_libraries "$BIN" $bins
+  copy_runtime_libraries "$BIN" $bins
   cp "$peers_src"/*.py "$PEERS"/ || { echo "pack: cannot copy the peer scripts to $PEERS" >&2; exit 1; }
   # the Python wheel travels in the same archive (scripts/build-wheel.sh builds it)
   rm -f "$BIN"/stableflash-*.whl

@@ -49,6 +49,22 @@ copy_runtime_libraries() {
   done
 }
 
+# A pack's binaries are only as new as the headers its objects were rebuilt for. Ninja knows an
+# object's headers from its dependency record; an interrupted or concurrent ninja run in the same tree
+# can leave an object with none ("#deps 0" in `ninja -t deps`), and then a header change no longer
+# rebuilds it (seen 2026-12-07: the head dim 128 backward kept the kernel from before an edit of
+# backward_wgmma_kernel.cuh). Returns 1, naming the objects and the remedy, if any compiled object of
+# the build tree $1 has no record.
+require_dependency_records() {
+  local build=$1 missing
+  missing=$(ninja -C "$build" -t deps 2>/dev/null | grep -E '\.o: #deps 0,' | cut -d: -f1) || true
+  [ -z "$missing" ] && return 0
+  echo "pack: these objects of $build have no dependency record, so a header change would not rebuild them:" >&2
+  echo "$missing" | sed 's/^/  /' >&2
+  echo "  touch their sources (build-cuda/attention/cuda/*.cu for the generated ones) and rebuild before packing" >&2
+  return 1
+}
+
 # Unpacks $bin.tar.xz (what device-check.sh pack makes and what travels) into $bin unless
 # $bin/$program is there already; ends the script, naming what to build, if it is still missing.
 require_devbin_program() {
