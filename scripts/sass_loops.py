@@ -3,6 +3,8 @@
 behind a prediction of the kind docs/benchmarks.md makes ("the step loop 1,265 -> 1,230 instructions"),
 here on the machine without a GPU.
 
+    scripts/sass-count.sh OBJECT FUNCTION_REGEX [NVCC_FLAG ...]   # compiles, disassembles, runs this
+or by hand:
     nvcc -arch=sm_90a -cubin ... file.cu -o k.cubin        # one kernel object's device code
     nvdisasm -c k.cubin > k.sass                            # PyPI nvidia-cuda-nvdisasm has nvdisasm
     scripts/sass_loops.py k.sass delta_exact_kernel [--all] [--ops MUFU,FFMA,FMUL,FADD,HGMMA]
