@@ -10,9 +10,10 @@ or by hand:
     scripts/sass_loops.py k.sass delta_exact_kernel [--all] [--ops MUFU,FFMA,FMUL,FADD,HGMMA]
 
 A loop is the span from a label to a branch back to it (a back edge), listed in the order of the back
-edges: an inner loop before the loops around it. Only loops with a tensor-core product (HGMMA) are listed unless --all. A loop's count is its
-static instructions, every branch of it included: where a loop holds code for several run-time cases,
-compile with the cases fixed (the experiments' READMEs say how) to count the path one case runs.
+edges: an inner loop before the loops around it. Only loops with a tensor-core product (HGMMA) are
+listed unless --all. A loop's count is its static instructions, every branch of it included: where a
+loop holds code for several run-time cases, compile with the cases fixed (the experiments' READMEs say
+how) to count the path one case runs.
 """
 import argparse
 import collections
